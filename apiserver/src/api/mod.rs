@@ -1,0 +1,1 @@
+//! The metrics.k8s.io API: owned by the API work.

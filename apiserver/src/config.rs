@@ -1,0 +1,1 @@
+//! config: owned by the serving work.

@@ -1,0 +1,1 @@
+//! health: owned by the serving work.

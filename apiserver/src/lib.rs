@@ -1,0 +1,30 @@
+//! Everything that gets data out: the `metrics.k8s.io` aggregated API (v1 and v1beta1) over
+//! HTTPS, health endpoints and self-metrics, and the `run` function behind the binary.
+//!
+//! # Layout
+//! - [`config`]: flags with metrics-server's names, defaults and validation rules.
+//! - [`serve`]: hyper + tokio-rustls, HTTP/1.1 and h2, certificate reload, the router.
+//! - [`api`]: discovery, OpenAPI, NodeMetrics/PodMetrics, selectors, Table.
+//! - [`health`]: `/livez`, `/readyz`, `/healthz` with metrics-server's check names.
+//! - [`selfmetrics`]: `/metrics` in Prometheus text.
+//! - [`status`]: the Kubernetes `Status` body of every error response.
+
+pub mod api;
+pub mod config;
+pub mod health;
+pub mod selfmetrics;
+pub mod serve;
+pub mod status;
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+
+/// Every response body: buffered or streamed.
+pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// A buffered body.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}

@@ -1,0 +1,1 @@
+//! selfmetrics: owned by the serving work.

@@ -1,0 +1,1 @@
+//! serve: owned by the serving work.

@@ -1,0 +1,228 @@
+//! The Kubernetes `Status` object: every error response is built here and nowhere else.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use serde::Serialize;
+
+use crate::Body;
+
+/// A `meta.k8s.io/v1` Status with `status: Failure`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// HTTP status code, also written as `code`.
+    #[serde(skip)]
+    pub http: u16,
+    /// Human-readable message.
+    pub message: String,
+    /// CamelCase reason (`NotFound`, `BadRequest`, `MethodNotAllowed`, `NotAcceptable`,
+    /// `Unauthorized`, `Forbidden`, `TooManyRequests`, `InternalError`, ...).
+    pub reason: &'static str,
+    /// `details`, when there are any.
+    pub details: Option<Details>,
+}
+
+/// `Status.details`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Details {
+    /// Name of the object concerned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// API group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind or resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Seconds the client should wait; mirrored in the `Retry-After` header.
+    #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct Wire<'a> {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: Empty,
+    status: &'static str,
+    message: &'a str,
+    reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a Details>,
+    code: u16,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+impl Status {
+    /// 404 `NotFound` for `<resource>.<group> "<name>" not found` (group may be empty).
+    pub fn not_found(resource: &str, group: &str, name: &str) -> Self {
+        let qualified = if group.is_empty() {
+            resource.to_owned()
+        } else {
+            format!("{resource}.{group}")
+        };
+        Status {
+            http: 404,
+            message: format!("{qualified} \"{name}\" not found"),
+            reason: "NotFound",
+            details: Some(Details {
+                name: Some(name.to_owned()),
+                group: Some(group.to_owned()).filter(|g| !g.is_empty()),
+                kind: Some(resource.to_owned()),
+                retry_after_seconds: None,
+            }),
+        }
+    }
+
+    /// 404 for a path nothing serves (the generic apiserver's "the server could not find the
+    /// requested resource").
+    pub fn no_route() -> Self {
+        Status {
+            http: 404,
+            message: "the server could not find the requested resource".to_owned(),
+            reason: "NotFound",
+            details: Some(Details::default()),
+        }
+    }
+
+    /// 400 `BadRequest`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Status {
+            http: 400,
+            message: message.into(),
+            reason: "BadRequest",
+            details: None,
+        }
+    }
+
+    /// 405 `MethodNotAllowed`.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Status {
+            http: 405,
+            message: message.into(),
+            reason: "MethodNotAllowed",
+            details: None,
+        }
+    }
+
+    /// 406 `NotAcceptable`.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Status {
+            http: 406,
+            message: message.into(),
+            reason: "NotAcceptable",
+            details: None,
+        }
+    }
+
+    /// 401 `Unauthorized`, in the generic apiserver's wording.
+    pub fn unauthorized() -> Self {
+        Status {
+            http: 401,
+            message: "Unauthorized".to_owned(),
+            reason: "Unauthorized",
+            details: None,
+        }
+    }
+
+    /// 403 `Forbidden` with an already-worded message and the group/kind details.
+    pub fn forbidden(message: impl Into<String>, details: Option<Details>) -> Self {
+        Status {
+            http: 403,
+            message: message.into(),
+            reason: "Forbidden",
+            details,
+        }
+    }
+
+    /// 429 `TooManyRequests`; the response also carries `Retry-After: <seconds>`.
+    pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: u32) -> Self {
+        Status {
+            http: 429,
+            message: message.into(),
+            reason: "TooManyRequests",
+            details: Some(Details {
+                retry_after_seconds: Some(retry_after_seconds),
+                ..Details::default()
+            }),
+        }
+    }
+
+    /// 500 `InternalError`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Status {
+            http: 500,
+            message: message.into(),
+            reason: "InternalError",
+            details: None,
+        }
+    }
+
+    /// 503 `ServiceUnavailable`.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Status {
+            http: 503,
+            message: message.into(),
+            reason: "ServiceUnavailable",
+            details: None,
+        }
+    }
+
+    /// The JSON body.
+    pub fn to_json(&self) -> Vec<u8> {
+        let wire = Wire {
+            kind: "Status",
+            api_version: "v1",
+            metadata: Empty {},
+            status: "Failure",
+            message: &self.message,
+            reason: self.reason,
+            details: self.details.as_ref(),
+            code: self.http,
+        };
+        serde_json::to_vec(&wire).unwrap_or_else(|_| b"{}".to_vec())
+    }
+
+    /// The HTTP response: JSON body, `Content-Type: application/json`, and `Retry-After`
+    /// when the details carry one.
+    pub fn into_response(self) -> Response<Body> {
+        let code = StatusCode::from_u16(self.http).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry = self.details.as_ref().and_then(|d| d.retry_after_seconds);
+        let mut response = Response::new(crate::full(Bytes::from(self.to_json())));
+        *response.status_mut() = code;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(seconds) = retry {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_matches_metrics_server_wording() {
+        let s = Status::not_found("nodemetrics", "metrics.k8s.io", "n1");
+        let v: serde_json::Value = serde_json::from_slice(&s.to_json()).unwrap();
+        assert_eq!(v["message"], "nodemetrics.metrics.k8s.io \"n1\" not found");
+        assert_eq!(v["reason"], "NotFound");
+        assert_eq!(v["code"], 404);
+        assert_eq!(v["kind"], "Status");
+        assert_eq!(v["metadata"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn too_many_requests_sets_retry_after_header_and_details() {
+        let r = Status::too_many_requests("storage is (re)initializing", 2).into_response();
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+    }
+}

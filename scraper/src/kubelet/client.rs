@@ -1,0 +1,1 @@
+//! The kubelet HTTPS client. Owned by the client/scrape work.

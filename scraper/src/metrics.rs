@@ -1,0 +1,1 @@
+//! Scraper self-metrics. Owned by the client/scrape work.

@@ -1,0 +1,150 @@
+//! The vocabulary shared by every stage: names, raw kubelet samples and computed usage.
+//!
+//! Time is always Unix nanoseconds in an `i64` (`*_ns`), taken from the kubelet payload or
+//! passed in by the caller; nothing here reads the clock.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// A node's name, cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeName(pub Arc<str>);
+
+impl NodeName {
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for NodeName {
+    fn from(s: &str) -> Self {
+        NodeName(Arc::from(s))
+    }
+}
+
+impl fmt::Display for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::borrow::Borrow<str> for NodeName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A pod's identity: namespace, then name (the sort order of every pod list).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct PodKey {
+    /// `metadata.namespace`
+    pub namespace: Arc<str>,
+    /// `metadata.name`
+    pub name: Arc<str>,
+}
+
+impl PodKey {
+    /// Builds a key from borrowed parts.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        PodKey {
+            namespace: Arc::from(namespace),
+            name: Arc::from(name),
+        }
+    }
+}
+
+impl fmt::Display for PodKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One raw sample of a node or a container, as the kubelet reported it.
+///
+/// Mirrors metrics-server's `MetricsPoint` (`pkg/storage/types.go`), with presence kept
+/// explicit so the store, not the parser, decides what is valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Sample {
+    /// When the sample was taken (the sample's own timestamp, or the request time when the
+    /// payload carries none), Unix nanoseconds.
+    pub timestamp_ns: i64,
+    /// Cumulative CPU time in nanoseconds: `*_cpu_usage_seconds_total` x 1e9, or the summary's
+    /// `usageCoreNanoSeconds`.
+    pub cpu_usage_ns_total: Option<u64>,
+    /// Instantaneous CPU rate the kubelet computed itself (summary `usageNanoCores`), if any.
+    pub cpu_nanocores: Option<u64>,
+    /// Memory working set in bytes (`*_memory_working_set_bytes`, summary `workingSetBytes`).
+    pub memory_working_set_bytes: Option<u64>,
+    /// Container start time (`container_start_time_seconds`, summary `startTime`), Unix ns.
+    pub start_time_ns: Option<i64>,
+}
+
+/// One container's sample within a node's scrape, borrowed from the response body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerSample<'a> {
+    /// Pod namespace (the `namespace` label / `podRef.namespace`).
+    pub namespace: Cow<'a, str>,
+    /// Pod name (the `pod` label / `podRef.name`).
+    pub pod: Cow<'a, str>,
+    /// Container name (the `container` label / `containers[].name`).
+    pub container: Cow<'a, str>,
+    /// The values.
+    pub sample: Sample,
+}
+
+/// Everything one scrape of one kubelet yielded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeScrape<'a> {
+    /// The node-level sample, when the payload had one.
+    pub node: Option<Sample>,
+    /// Every container sample, in payload order; one entry per (namespace, pod, container).
+    pub containers: Vec<ContainerSample<'a>>,
+}
+
+/// Usage computed from two samples (or one, with the fresh-container shortcut), ready to serve.
+///
+/// Mirrors metrics-server's `resourceUsage` result (`pkg/storage/types.go`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// End of the measurement window (the newer sample's timestamp), Unix ns.
+    pub timestamp_ns: i64,
+    /// Length of the measurement window in nanoseconds (newer minus older timestamp).
+    pub window_ns: i64,
+    /// Average CPU over the window, in nanocores (truncated, as metrics-server does).
+    pub cpu_nanocores: u64,
+    /// Memory working set of the newer sample, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// One container's usage within a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerUsage {
+    /// Container name as the kubelet reported it.
+    pub name: Arc<str>,
+    /// Average CPU over the container's window, in nanocores.
+    pub cpu_nanocores: u64,
+    /// Memory working set in bytes.
+    pub memory_bytes: u64,
+}
+
+/// A pod's usage: every container with data, and the time info of its earliest container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodUsage {
+    /// The node whose kubelet reported the pod.
+    pub node: NodeName,
+    /// Timestamp of the container with the earliest timestamp, Unix ns (metrics-server
+    /// `pkg/storage/pod.go`).
+    pub timestamp_ns: i64,
+    /// That same container's window, ns.
+    pub window_ns: i64,
+    /// Containers sorted by name.
+    pub containers: Arc<[ContainerUsage]>,
+}

@@ -1,0 +1,1 @@
+//! The scrape loop. Owned by the client/scrape work.

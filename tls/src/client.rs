@@ -1,0 +1,96 @@
+//! The client side: kubelets and the Kubernetes API.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+
+use crate::{provider, Error, Identity};
+
+/// How a client verifies the server it talks to.
+#[derive(Debug, Clone)]
+pub enum Verify {
+    /// Against these CA certificates.
+    Roots(Vec<CertificateDer<'static>>),
+    /// Not at all (`--kubelet-insecure-tls`). The handshake signature is still checked.
+    Insecure,
+}
+
+/// Builds a client config with ALPN `http/1.1` (kubelets speak HTTP/1.1 to metrics-server).
+pub fn config(verify: &Verify, identity: Option<&Identity>) -> Result<ClientConfig, Error> {
+    let provider = provider::provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match verify {
+        Verify::Roots(cas) => {
+            let mut roots = RootCertStore::empty();
+            for ca in cas {
+                roots.add(ca.clone())?;
+            }
+            builder.with_root_certificates(roots)
+        }
+        Verify::Insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify { provider })),
+    };
+    let mut config = match identity {
+        Some(id) => builder.with_client_auth_cert(id.chain.clone(), id.key.clone_key())?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+#[derive(Debug)]
+struct NoVerify {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
