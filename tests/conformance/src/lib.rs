@@ -1,1 +1,7 @@
-//! conformance.
+//! A simulated cluster for tests, benchmarks and the `sandbox`: kubelets that serve the real
+//! payload shapes and a control plane that behaves like kube-apiserver on the wire.
+//!
+//! # Layout
+//! - [`payload`]: renders `/metrics/resource` and `/stats/summary` bodies from a node model.
+
+pub mod payload;
