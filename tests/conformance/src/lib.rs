@@ -3,5 +3,9 @@
 //!
 //! # Layout
 //! - [`payload`]: renders `/metrics/resource` and `/stats/summary` bodies from a node model.
+//! - [`controlplane`]: a kube-apiserver on the wire (discovery, reviews, core API, health).
+//! - [`aggregator`]: kube-aggregator: APIServices, availability, proxying with front-proxy auth.
 
+pub mod aggregator;
+pub mod controlplane;
 pub mod payload;
