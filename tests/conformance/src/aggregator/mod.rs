@@ -13,6 +13,7 @@ pub mod query;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -150,6 +151,8 @@ struct Inner {
     front_proxy: tls::Identity,
     entries: RwLock<BTreeMap<String, Entry>>,
     wake: Notify,
+    /// Set by [`Aggregator::check_now`], cleared when a round of checks starts.
+    dirty: AtomicBool,
     changed: watch::Sender<u64>,
 }
 
@@ -177,6 +180,7 @@ impl Aggregator {
                 front_proxy,
                 entries: RwLock::new(BTreeMap::new()),
                 wake: Notify::new(),
+                dirty: AtomicBool::new(false),
                 changed: watch::channel(0).0,
             }),
         }
@@ -224,6 +228,7 @@ impl Aggregator {
 
     /// Wakes the availability controller now.
     pub fn check_now(&self) {
+        self.inner.dirty.store(true, Ordering::SeqCst);
         self.inner.wake.notify_one();
     }
 
@@ -355,15 +360,19 @@ impl Aggregator {
                 retry = (retry * 2).min(self.inner.config.check_interval);
                 d
             };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(delay) => {}
-                () = self.inner.wake.notified() => {}
+            let deadline = tokio::time::Instant::now() + delay;
+            while !self.inner.dirty.load(Ordering::SeqCst) {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep_until(deadline) => break,
+                    () = self.inner.wake.notified() => {}
+                }
             }
         }
     }
 
     async fn check_all(&self) -> bool {
+        self.inner.dirty.store(false, Ordering::SeqCst);
         let snapshot: Vec<(ApiService, HttpClient)> = self
             .inner
             .entries

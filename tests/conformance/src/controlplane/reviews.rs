@@ -169,7 +169,7 @@ pub enum Review {
         /// Who sent it.
         caller: String,
         /// The attributes asked about.
-        access: Access,
+        access: Box<Access>,
         /// The raw spec, as sent.
         spec: Value,
         /// The answer.
@@ -213,7 +213,7 @@ impl Reviews {
         self.recorded()
             .into_iter()
             .filter_map(|r| match r {
-                Review::Access { access, .. } => Some(access),
+                Review::Access { access, .. } => Some(*access),
                 Review::Token { .. } => None,
             })
             .collect()
@@ -289,7 +289,7 @@ impl Reviews {
         let decision = policy(&access);
         self.record.lock().push(Review::Access {
             caller: caller.name.clone(),
-            access,
+            access: Box::new(access),
             spec: spec.clone(),
             decision: decision.clone(),
         });
