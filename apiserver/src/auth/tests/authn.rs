@@ -427,3 +427,52 @@ async fn the_watch_applies_a_rotated_ca_within_seconds() {
         .expect("the watch stops on shutdown")
         .expect("joined");
 }
+
+/// root -> intermediate -> leaf with rcgen directly (`tls::issue::Ca` has no intermediates).
+fn chain_through_intermediate() -> (String, Vec<CertificateDer<'static>>) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let ca_params = |cn: &str| {
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p
+    };
+    let root_key = KeyPair::generate().expect("key");
+    let root_params = ca_params("front-proxy-root");
+    let root = root_params.self_signed(&root_key).expect("root");
+    let root_issuer = Issuer::new(root_params, root_key);
+    let mid_key = KeyPair::generate().expect("key");
+    let mid_params = ca_params("front-proxy-intermediate");
+    let mid = mid_params.signed_by(&mid_key, &root_issuer).expect("mid");
+    let mid_issuer = Issuer::new(mid_params, mid_key);
+    let leaf_key = KeyPair::generate().expect("key");
+    let mut leaf_params = CertificateParams::default();
+    leaf_params
+        .distinguished_name
+        .push(DnType::CommonName, "front-proxy-client");
+    leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let leaf = leaf_params.signed_by(&leaf_key, &mid_issuer).expect("leaf");
+    (root.pem(), vec![leaf.der().clone(), mid.der().clone()])
+}
+
+#[tokio::test]
+async fn intermediates_sent_by_the_peer_complete_the_chain() {
+    let pki = Pki::new();
+    let (root_pem, chain) = chain_through_intermediate();
+    let auth = offline(&trust_data(
+        &root_pem,
+        pki.client.cert_pem(),
+        r#"["front-proxy-client"]"#,
+    ))
+    .await;
+    let mut h = headers(&[("X-Remote-User", "alice")]);
+    let user = auth.authenticate(&mut h, Some(&chain)).await.expect("user");
+    assert_eq!(user.name, "alice");
+    let mut h = headers(&[("X-Remote-User", "alice")]);
+    assert!(
+        auth.authenticate(&mut h, Some(&chain[..1])).await.is_err(),
+        "without the intermediate the leaf does not chain to the root"
+    );
+}
