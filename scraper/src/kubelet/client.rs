@@ -100,16 +100,19 @@ impl Client {
         let builder = hyper_rustls::HttpsConnectorBuilder::new();
         let connector = if config.plain_http {
             // No TLS at all: the TLS config is never used, but the builder wants one.
-            let tls = tls::client::config(&tls::client::Verify::Insecure, None)
+            let mut tls = tls::client::config(&tls::client::Verify::Insecure, None)
                 .map_err(Error::Build)?;
+            // hyper-rustls sets ALPN itself (from `enable_http1`) and panics if it is preset.
+            tls.alpn_protocols.clear();
             builder
                 .with_tls_config(tls)
                 .https_or_http()
                 .enable_http1()
                 .wrap_connector(http)
         } else {
-            let tls = tls::client::config(&config.verify, config.identity.as_ref())
+            let mut tls = tls::client::config(&config.verify, config.identity.as_ref())
                 .map_err(Error::Build)?;
+            tls.alpn_protocols.clear();
             builder
                 .with_tls_config(tls)
                 .https_only()
