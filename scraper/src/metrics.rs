@@ -212,6 +212,7 @@ impl Metrics {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use prometheus_client::encoding::text::encode;
@@ -269,7 +270,10 @@ mod tests {
                 "metrics_server_storage_points",
             ]
         );
-        for line in text.lines().filter(|l| l.starts_with("# HELP metrics_server_")) {
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("# HELP metrics_server_"))
+        {
             assert!(line.split(' ').nth(3) == Some("[ALPHA]"), "{line}");
         }
         assert!(text.contains("# TYPE metrics_server_kubelet_request_duration_seconds histogram"));
@@ -279,11 +283,13 @@ mod tests {
         assert!(text.contains(
             "metrics_server_kubelet_last_request_time_seconds{node=\"n1\"} 1700000000.5"
         ));
-        assert!(text.contains(
-            "metrics_server_kubelet_request_duration_seconds_bucket{le=\"0.05\",node=\"n1\"} 1"
-        ) || text.contains(
-            "metrics_server_kubelet_request_duration_seconds_bucket{node=\"n1\",le=\"0.05\"} 1"
-        ));
+        assert!(
+            text.contains(
+                "metrics_server_kubelet_request_duration_seconds_bucket{le=\"0.05\",node=\"n1\"} 1"
+            ) || text.contains(
+                "metrics_server_kubelet_request_duration_seconds_bucket{node=\"n1\",le=\"0.05\"} 1"
+            )
+        );
         assert!(text.contains("metrics_server_storage_points{type=\"node\"} 2"));
         assert!(text.contains("metrics_server_storage_points{type=\"container\"} 7"));
         assert!(text.contains("scraper_kubelet_scrape_failures_total{reason=\"timeout\"} 1"));
@@ -296,9 +302,16 @@ mod tests {
         assert_eq!(&b15[11..], &[12.5, 15.0, 22.5, 30.0]);
         let b60 = tick_buckets(Duration::from_secs(60));
         assert_eq!(&b60[11..], &[35.0, 60.0, 90.0, 120.0]);
-        let text = exposition(|m| m.observe_tick(Duration::from_secs(20)), Duration::from_secs(15));
-        assert!(text.contains("metrics_server_manager_tick_duration_seconds_bucket{le=\"22.5\"} 1"));
-        assert!(text.contains("metrics_server_manager_tick_duration_seconds_bucket{le=\"15.0\"} 0"));
+        let text = exposition(
+            |m| m.observe_tick(Duration::from_secs(20)),
+            Duration::from_secs(15),
+        );
+        assert!(
+            text.contains("metrics_server_manager_tick_duration_seconds_bucket{le=\"22.5\"} 1")
+        );
+        assert!(
+            text.contains("metrics_server_manager_tick_duration_seconds_bucket{le=\"15.0\"} 0")
+        );
     }
 
     #[test]

@@ -284,4 +284,5 @@ fn plan<N: NodeSource + ?Sized>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests;

@@ -100,8 +100,8 @@ impl Client {
         let builder = hyper_rustls::HttpsConnectorBuilder::new();
         let connector = if config.plain_http {
             // No TLS at all: the TLS config is never used, but the builder wants one.
-            let mut tls = tls::client::config(&tls::client::Verify::Insecure, None)
-                .map_err(Error::Build)?;
+            let mut tls =
+                tls::client::config(&tls::client::Verify::Insecure, None).map_err(Error::Build)?;
             // hyper-rustls sets ALPN itself (from `enable_http1`) and panics if it is preset.
             tls.alpn_protocols.clear();
             builder
@@ -182,8 +182,13 @@ impl Client {
     /// loop sets from the scheduled start, so queueing counts against it). Errors name the
     /// node.
     pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Bytes, Error> {
-        self.request(target.uri.clone(), target.peer(), deadline, self.inner.timeout)
-            .await
+        self.request(
+            target.uri.clone(),
+            target.peer(),
+            deadline,
+            self.inner.timeout,
+        )
+        .await
     }
 
     async fn request(
@@ -216,12 +221,7 @@ impl Client {
     }
 
     async fn send(&self, request: Request<Empty<Bytes>>) -> Result<Bytes, Failure> {
-        let response = self
-            .inner
-            .http
-            .request(request)
-            .await
-            .map_err(classify)?;
+        let response = self.inner.http.request(request).await.map_err(classify)?;
         let status = response.status();
         if status != StatusCode::OK {
             return Err(Failure::Status(status));
@@ -317,22 +317,20 @@ fn classify(error: hyper_util::client::legacy::Error) -> Failure {
             rustls::Error::InvalidCertificate(cert) => match cert {
                 rustls::CertificateError::UnknownIssuer => Failure::UnknownAuthority,
                 rustls::CertificateError::NotValidForName
-                | rustls::CertificateError::NotValidForNameContext { .. } => {
-                    Failure::NameMismatch
-                }
+                | rustls::CertificateError::NotValidForNameContext { .. } => Failure::NameMismatch,
                 _ => Failure::BadCertificate(tls.to_string()),
             },
             _ => Failure::Tls(tls),
         };
     }
-    if error.is_connect() {
-        if let Some((kind, message)) = io {
-            return if kind == std::io::ErrorKind::ConnectionRefused {
-                Failure::Refused
-            } else {
-                Failure::Connect(std::io::Error::new(kind, message))
-            };
-        }
+    if error.is_connect()
+        && let Some((kind, message)) = io
+    {
+        return if kind == std::io::ErrorKind::ConnectionRefused {
+            Failure::Refused
+        } else {
+            Failure::Connect(std::io::Error::new(kind, message))
+        };
     }
     Failure::Request(error)
 }

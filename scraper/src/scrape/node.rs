@@ -26,7 +26,9 @@ pub enum Error {
     Kubelet(#[from] client::Error),
     /// Waiting for a free slot (`max_in_flight`) or for the node's previous request used up
     /// the whole timeout.
-    #[error("node {node}: no scrape slot became free within {timeout:?} (--kubelet-request-timeout)")]
+    #[error(
+        "node {node}: no scrape slot became free within {timeout:?} (--kubelet-request-timeout)"
+    )]
     Queued {
         /// The node.
         node: NodeName,

@@ -45,7 +45,9 @@ pub enum Error {
     #[error("building the kubelet client: {0}")]
     Build(#[source] tls::Error),
     /// The bearer token cannot be sent as an HTTP header.
-    #[error("building the kubelet client: the bearer token contains characters not allowed in an HTTP header")]
+    #[error(
+        "building the kubelet client: the bearer token contains characters not allowed in an HTTP header"
+    )]
     InvalidToken,
     /// The URL did not parse.
     #[error("invalid kubelet URL {url:?}: {reason}")]

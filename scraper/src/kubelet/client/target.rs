@@ -102,7 +102,10 @@ impl Resolver {
         plain_http: bool,
     ) -> Self {
         let address_types = if address_types.is_empty() {
-            DEFAULT_ADDRESS_TYPES.iter().map(|&t| t.to_owned()).collect()
+            DEFAULT_ADDRESS_TYPES
+                .iter()
+                .map(|&t| t.to_owned())
+                .collect()
         } else {
             address_types.to_vec()
         };
@@ -148,7 +151,9 @@ impl Resolver {
             url: url.clone(),
         })?;
         // A "host" with '/', '@' or ':' in it would move the request elsewhere.
-        if uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+        if uri
+            .host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
             != Some(&*address)
         {
             return Err(TargetError::InvalidUrl {
@@ -166,6 +171,7 @@ impl Resolver {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::inventory::{Labels, NodeAddress};
@@ -251,7 +257,10 @@ mod tests {
         let n = node(&[("InternalIP", "fd00::1")], None, None);
         let r = Resolver::new(&[], 10250, false, Source::Resource, false);
         let t = r.resolve(&n).unwrap();
-        assert_eq!(t.uri.to_string(), "https://[fd00::1]:10250/metrics/resource");
+        assert_eq!(
+            t.uri.to_string(),
+            "https://[fd00::1]:10250/metrics/resource"
+        );
         assert_eq!(&*t.peer().host, "fd00::1");
         assert_eq!(&*t.peer().authority, "[fd00::1]:10250");
     }
