@@ -205,6 +205,7 @@ struct Inner {
     content: RwLock<Content>,
     fault: RwLock<Fault>,
     requests: AtomicU64,
+    connections: AtomicU64,
     seen: Mutex<Vec<Seen>>,
 }
 
@@ -264,6 +265,7 @@ impl SimKubelet {
             content: RwLock::new(options.content),
             fault: RwLock::new(options.fault),
             requests: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
             seen: Mutex::new(Vec::new()),
         });
         let shutdown = CancellationToken::new();
@@ -297,11 +299,7 @@ impl SimKubelet {
 
     /// The URL of a path on this kubelet (`https://127.0.0.1:PORT/path`, or `http://`).
     pub fn url(&self, path: &str) -> String {
-        let scheme = if self.plain_http {
-            "http"
-        } else {
-            "https"
-        };
+        let scheme = if self.plain_http { "http" } else { "https" };
         format!("{scheme}://{}{path}", self.addr)
     }
 
@@ -338,6 +336,11 @@ impl SimKubelet {
     /// Requests received so far (any path, any outcome).
     pub fn requests(&self) -> u64 {
         self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// TCP connections accepted so far (kept-alive clients reuse one).
+    pub fn connections(&self) -> u64 {
+        self.inner.connections.load(Ordering::Relaxed)
     }
 
     /// The requests seen so far, oldest first (at most the last 4096).
@@ -447,6 +450,7 @@ async fn accept(
             () = stop.cancelled() => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                inner.connections.fetch_add(1, Ordering::Relaxed);
                 let inner = inner.clone();
                 let acceptor = acceptor.clone();
                 conns.spawn(async move {
@@ -534,7 +538,10 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Body> {
         return full(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n");
     };
     let body: Bytes = match &*inner.content.read() {
-        Content::Fixed { resource, summary: s } => {
+        Content::Fixed {
+            resource,
+            summary: s,
+        } => {
             if summary {
                 s.clone()
             } else {
@@ -562,8 +569,8 @@ fn render(stats: &NodeStats, summary: bool) -> Bytes {
 
 /// An HTML error page followed by pseudo-random bytes (xorshift, seeded per request).
 fn garbage(seed: u64) -> Bytes {
-    let mut out = b"<html><head><title>502 Bad Gateway</title></head><body>oops</body></html>\n"
-        .to_vec();
+    let mut out =
+        b"<html><head><title>502 Bad Gateway</title></head><body>oops</body></html>\n".to_vec();
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for _ in 0..4096 {
         x ^= x << 13;
@@ -577,8 +584,15 @@ fn garbage(seed: u64) -> Bytes {
 /// Streams `bytes` of plausible metric lines in 64 KiB chunks, without Content-Length.
 fn oversized(bytes: usize) -> Response<Body> {
     const CHUNK: usize = 64 << 10;
-    let line = b"container_memory_working_set_bytes{container=\"c\",namespace=\"n\",pod=\"p\"} 1 1\n";
-    let chunk: Bytes = line.iter().copied().cycle().take(CHUNK).collect::<Vec<u8>>().into();
+    let line =
+        b"container_memory_working_set_bytes{container=\"c\",namespace=\"n\",pod=\"p\"} 1 1\n";
+    let chunk: Bytes = line
+        .iter()
+        .copied()
+        .cycle()
+        .take(CHUNK)
+        .collect::<Vec<u8>>()
+        .into();
     let stream = futures::stream::unfold(bytes, move |left| {
         let chunk = chunk.clone();
         async move {

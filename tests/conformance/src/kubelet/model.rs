@@ -98,7 +98,8 @@ impl SimContainer {
         let phase = self
             .name
             .bytes()
-            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b))) as f64;
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+            as f64;
         let x = (now_ms as f64 / period_ms) * std::f64::consts::TAU + phase;
         let span = (hi - lo) as f64;
         let v = lo as f64 + span * (0.5 + 0.5 * x.sin());
@@ -139,8 +140,7 @@ impl SimNode {
 
     /// The node's stats at `now_ms` (Unix ms), ready for `payload::render_*`.
     pub fn stats_at(&self, now_ms: i64) -> NodeStats {
-        let mut node_cpu =
-            self.system_cpu_cores * (now_ms - self.boot_ms).max(0) as f64 / 1000.0;
+        let mut node_cpu = self.system_cpu_cores * (now_ms - self.boot_ms).max(0) as f64 / 1000.0;
         let mut node_memory = self.system_memory_bytes;
         let pods = self
             .pods
