@@ -164,3 +164,48 @@ fn clock_follows_the_tokio_clock() {
         assert_eq!(clock.unix_ns(Instant::now()) - a, 3_000_000_000);
     });
 }
+
+/// Counts `failed to scrape node` events; enough of a subscriber for that.
+struct CountFailures(Arc<std::sync::atomic::AtomicU64>);
+
+impl tracing::Subscriber for CountFailures {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" && format!("{value:?}") == "failed to scrape node" {
+                    self.0 = true;
+                }
+            }
+        }
+        let mut m = Message(false);
+        event.record(&mut m);
+        if m.0 {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_node_error_logs_are_rate_limited_but_counters_are_not() {
+    let logged = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _guard = tracing::subscriber::set_default(CountFailures(logged.clone()));
+    let t0 = Instant::now();
+    let r = start(&["a"], Duration::from_secs(10));
+    // Failures at 0, 10, ..., 650 s: 66 of them. Logged at 0, then at 300 s and 600 s.
+    at(t0, ms(655_000)).await;
+    assert_eq!(r.metrics.failures("no_address"), 66);
+    assert_eq!(logged.load(Ordering::Relaxed), 3);
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}

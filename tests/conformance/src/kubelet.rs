@@ -400,15 +400,9 @@ async fn supervise(
             }
         }
         let stop = CancellationToken::new();
-        let serving = match listener.take() {
-            Some(l) => Some(tokio::spawn(accept(
-                inner.clone(),
-                l,
-                acceptor.clone(),
-                stop.clone(),
-            ))),
-            None => None,
-        };
+        let serving = listener
+            .take()
+            .map(|l| tokio::spawn(accept(inner.clone(), l, acceptor.clone(), stop.clone())));
         // Serve until the fault moves in or out of Down, or shutdown.
         let ended = loop {
             tokio::select! {

@@ -647,11 +647,24 @@ fn unix_now_ns() -> i64 {
         .as_nanos() as i64
 }
 
+fn wall_clock_ms() -> Arc<dyn Fn() -> i64 + Send + Sync> {
+    Arc::new(|| unix_now_ns() / 1_000_000)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs parser and store"]
-async fn healthy_nodes_reach_the_store_while_a_faulty_one_does_not() {
+#[ignore = "needs parser, payload renderer and store"]
+async fn healthy_nodes_reach_the_store_while_faulty_ones_do_not() {
+    use conformance::kubelet::{Content, SimNode};
     let ca = ca();
-    let healthy = kubelet(&ca, "a", |o| o).await;
+    let boot_ms = unix_now_ns() / 1_000_000 - 3_600_000;
+    let healthy = kubelet(&ca, "a", |o| Options {
+        content: Content::Live {
+            node: SimNode::generate("a", 3, 2, boot_ms),
+            clock: wall_clock_ms(),
+        },
+        ..o
+    })
+    .await;
     let hanging = kubelet(&ca, "b", |o| Options {
         fault: Fault::Hang,
         ..o
@@ -662,27 +675,30 @@ async fn healthy_nodes_reach_the_store_while_a_faulty_one_does_not() {
         ..o
     })
     .await;
+    // Offsets a 0, b 300, c 600 ms; b's request hangs until its 1000 ms deadline.
     let l = start_loop(&ca, &[&healthy, &hanging, &garbage], 900, 700, 4);
-    // Two periods: the fixture's node has a usable sample after the first ingest (the
-    // fixture carries its own timestamps; with identical bytes the store may need two
-    // distinct samples, so only node data that the parser yields is asserted here).
-    l.until(1500).await;
-    assert_eq!(l.metrics.failures("parse"), 2);
-    assert!(l.metrics.failures("timeout") >= 1);
+    l.until(2000).await;
+    assert_eq!(l.metrics.failures("parse"), 2, "c at 600 and 1500 ms");
+    assert_eq!(l.metrics.failures("timeout"), 2, "b at 1000 and 1900 ms");
     let now = unix_now_ns();
+    let usage = l
+        .store
+        .node("a", now)
+        .expect("a has usage after two scrapes");
+    assert!(usage.cpu_nanocores > 0 && usage.memory_bytes > 0);
     assert!(l.store.node("b", now).is_none());
     assert!(l.store.node("c", now).is_none());
-    let points = l.store.points();
+    // Set when period 2 completed (b's timeout at 1900 ms), after a's second scrape.
     let text = l.exposition();
-    assert!(text.contains(&format!(
-        "metrics_server_storage_points{{type=\"container\"}} {}",
-        points.containers
-    )));
+    assert!(
+        text.contains("metrics_server_storage_points{type=\"node\"} 1"),
+        "{text}"
+    );
     l.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs parser and store"]
+#[ignore = "needs parser, payload renderer and store"]
 async fn a_node_with_a_live_workload_gets_usage_and_loses_it_when_removed() {
     use conformance::kubelet::{Content, SimNode};
     let ca = ca();
@@ -690,11 +706,7 @@ async fn a_node_with_a_live_workload_gets_usage_and_loses_it_when_removed() {
     let k = kubelet(&ca, "live", |o| o).await;
     k.set_content(Content::Live {
         node: SimNode::generate("live", 3, 2, boot_ms),
-        clock: Arc::new(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64)
-        }),
+        clock: wall_clock_ms(),
     });
     let l = start_loop(&ca, &[&k], 600, 500, 4);
     l.until(1300).await;
