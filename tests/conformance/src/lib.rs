@@ -2,6 +2,8 @@
 //! payload shapes and a control plane that behaves like kube-apiserver on the wire.
 //!
 //! # Layout
+//! - [`kubelet`]: simulated kubelets (HTTPS, fault modes) and a time-driven workload model.
 //! - [`payload`]: renders `/metrics/resource` and `/stats/summary` bodies from a node model.
 
+pub mod kubelet;
 pub mod payload;
