@@ -4,12 +4,15 @@
 //! # Layout
 //! - [`config`]: flags with metrics-server's names, defaults and validation rules.
 //! - [`serve`]: hyper + tokio-rustls, HTTP/1.1 and h2, certificate reload, the router.
+//! - [`auth`]: delegated authentication (front-proxy, client CA, TokenReview) and authorization
+//!   (SubjectAccessReview), with the ConfigMap watch.
 //! - [`api`]: discovery, OpenAPI, NodeMetrics/PodMetrics, selectors, Table.
 //! - [`health`]: `/livez`, `/readyz`, `/healthz` with metrics-server's check names.
 //! - [`selfmetrics`]: `/metrics` in Prometheus text.
 //! - [`status`]: the Kubernetes `Status` body of every error response.
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod health;
 pub mod selfmetrics;

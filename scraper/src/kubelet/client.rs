@@ -1,8 +1,36 @@
-//! The kubelet HTTPS client. Owned by the client/scrape work; this is the agreed public surface.
+//! The kubelet HTTPS client: hyper 1 over rustls, HTTP/1.1 with kept-alive pooled
+//! connections, a deadline over the whole request, a bounded body and errors that say what
+//! to do.
+//!
+//! # Layout
+//! - [`error`]: [`Error`], one variant per failure a user acts on differently.
+//! - [`target`]: which URL a node's kubelet is scraped at.
 
+mod error;
+mod target;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH};
+use http::{HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Instant;
+
+pub use error::{Error, Peer};
+pub use target::{DEFAULT_ADDRESS_TYPES, Resolver, Target, TargetError};
+
+/// Default for [`Config::max_body_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
+
+/// How long an idle kept-alive connection is pooled. Longer than any sane resolution, so
+/// each node's connection is reused from one period to the next (Go's `IdleConnTimeout`).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How to reach and authenticate to kubelets.
 #[derive(Debug, Clone)]
@@ -22,28 +50,287 @@ pub struct Config {
     pub max_body_bytes: usize,
 }
 
-/// Why a request failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Not yet implemented.
-    #[error("kubelet client not built")]
-    Unbuilt,
+impl Default for Config {
+    /// Verify against no CA (set `verify`), no credentials, HTTPS, 10 s, 64 MiB.
+    fn default() -> Self {
+        Config {
+            verify: tls::client::Verify::Roots(Vec::new()),
+            identity: None,
+            bearer_token: None,
+            plain_http: false,
+            timeout: Duration::from_secs(10),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
 }
 
-/// The client; cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Client {}
+/// The client; cheap to clone (the connection pool is shared).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: HttpClient<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    /// `Bearer <token>`, marked sensitive; never sent over plain HTTP.
+    authorization: Option<HeaderValue>,
+    plain_http: bool,
+    timeout: Duration,
+    max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("plain_http", &self.inner.plain_http)
+            .field("bearer_token", &self.inner.authorization.is_some())
+            .field("timeout", &self.inner.timeout)
+            .field("max_body_bytes", &self.inner.max_body_bytes)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Client {
-    /// Builds a client.
+    /// Builds a client. Must be called inside a Tokio runtime only when requests are made.
     pub fn new(config: Config) -> Result<Self, Error> {
-        let _ = config;
-        Ok(Client {})
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_keepalive(Some(Duration::from_secs(30)));
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let connector = if config.plain_http {
+            // No TLS at all: the TLS config is never used, but the builder wants one.
+            let mut tls =
+                tls::client::config(&tls::client::Verify::Insecure, None).map_err(Error::Build)?;
+            // hyper-rustls sets ALPN itself (from `enable_http1`) and panics if it is preset.
+            tls.alpn_protocols.clear();
+            builder
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http)
+        } else {
+            let mut tls = tls::client::config(&config.verify, config.identity.as_ref())
+                .map_err(Error::Build)?;
+            tls.alpn_protocols.clear();
+            builder
+                .with_tls_config(tls)
+                .https_only()
+                .enable_http1()
+                .wrap_connector(http)
+        };
+        let http = HttpClient::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(1)
+            .build(connector);
+        let authorization = match (&config.bearer_token, config.plain_http) {
+            (Some(token), false) if !token.is_empty() => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| Error::InvalidToken)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            _ => None,
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                authorization,
+                plain_http: config.plain_http,
+                timeout: config.timeout,
+                max_body_bytes: config.max_body_bytes,
+            }),
+        })
     }
 
-    /// GETs `url` (e.g. `https://10.0.0.1:10250/metrics/resource`), returning the body.
-    pub async fn get(&self, url: &str) -> Result<Bytes, Error> {
-        let _ = url;
-        Err(Error::Unbuilt)
+    /// Whether kubelets are reached over plain HTTP (`--deprecated-kubelet-completely-insecure`).
+    pub fn plain_http(&self) -> bool {
+        self.inner.plain_http
     }
+
+    /// The configured request timeout.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// GETs `url` (e.g. `https://10.0.0.1:10250/metrics/resource`), returning the body. The
+    /// whole request is bounded by the configured timeout.
+    pub async fn get(&self, url: &str) -> Result<Bytes, Error> {
+        let uri = url.parse::<Uri>().map_err(|e| Error::InvalidUrl {
+            url: url.into(),
+            reason: e.to_string().into(),
+        })?;
+        let (Some(authority), Some(host)) = (uri.authority(), uri.host()) else {
+            return Err(Error::InvalidUrl {
+                url: url.into(),
+                reason: "no host".into(),
+            });
+        };
+        let peer = Peer {
+            node: None,
+            authority: authority.as_str().into(),
+            host: host.trim_start_matches('[').trim_end_matches(']').into(),
+            url: url.into(),
+        };
+        let deadline = Instant::now() + self.inner.timeout;
+        self.request(uri, peer, deadline, self.inner.timeout).await
+    }
+
+    /// GETs a node's kubelet; the whole request must finish by `deadline` (which the scrape
+    /// loop sets from the scheduled start, so queueing counts against it). Errors name the
+    /// node.
+    pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Bytes, Error> {
+        self.request(
+            target.uri.clone(),
+            target.peer(),
+            deadline,
+            self.inner.timeout,
+        )
+        .await
+    }
+
+    async fn request(
+        &self,
+        uri: Uri,
+        peer: Peer,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Bytes, Error> {
+        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        if !https && !self.inner.plain_http {
+            return Err(Error::PlainHttpRefused {
+                peer: Box::new(peer),
+            });
+        }
+        let mut request = Request::new(Empty::new());
+        *request.method_mut() = Method::GET;
+        *request.uri_mut() = uri;
+        if let (true, Some(value)) = (https, &self.inner.authorization) {
+            request.headers_mut().insert(AUTHORIZATION, value.clone());
+        }
+        match tokio::time::timeout_at(deadline, self.send(request)).await {
+            Ok(Ok(body)) => Ok(body),
+            Ok(Err(kind)) => Err(kind.into_error(peer)),
+            Err(_) => Err(Error::Timeout {
+                peer: Box::new(peer),
+                timeout,
+            }),
+        }
+    }
+
+    async fn send(&self, request: Request<Empty<Bytes>>) -> Result<Bytes, Failure> {
+        let response = self.inner.http.request(request).await.map_err(classify)?;
+        let status = response.status();
+        if status != StatusCode::OK {
+            return Err(Failure::Status(status));
+        }
+        let limit = self.inner.max_body_bytes;
+        let declared = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(Failure::TooLarge(limit));
+        }
+        let collected = Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    Failure::TooLarge(limit)
+                } else {
+                    Failure::Body(e)
+                }
+            })?;
+        Ok(collected.to_bytes())
+    }
+}
+
+/// A failure before the peer is attached.
+enum Failure {
+    Refused,
+    Connect(std::io::Error),
+    UnknownAuthority,
+    NameMismatch,
+    BadCertificate(String),
+    Tls(rustls::Error),
+    Request(hyper_util::client::legacy::Error),
+    Status(StatusCode),
+    TooLarge(usize),
+    Body(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Failure {
+    fn into_error(self, peer: Peer) -> Error {
+        let peer = Box::new(peer);
+        match self {
+            Failure::Refused => Error::ConnectionRefused { peer },
+            Failure::Connect(source) => Error::Connect { peer, source },
+            Failure::UnknownAuthority => Error::UnknownAuthority { peer },
+            Failure::NameMismatch => Error::NameMismatch { peer },
+            Failure::BadCertificate(reason) => Error::BadCertificate {
+                peer,
+                reason: reason.into(),
+            },
+            Failure::Tls(source) => Error::Tls { peer, source },
+            Failure::Request(source) => Error::Request { peer, source },
+            Failure::Status(status) => Error::Status { peer, status },
+            Failure::TooLarge(limit_bytes) => Error::BodyTooLarge { peer, limit_bytes },
+            Failure::Body(source) => Error::Body { peer, source },
+        }
+    }
+}
+
+/// Finds the real cause in hyper's error chain: a rustls error (certificate problems) or the
+/// TCP connect `io::Error`. `io::Error::source` skips its own payload, so payloads are
+/// unwrapped explicitly.
+fn classify(error: hyper_util::client::legacy::Error) -> Failure {
+    let mut tls: Option<rustls::Error> = None;
+    let mut io: Option<(std::io::ErrorKind, String)> = None;
+    let mut stack: Vec<&(dyn std::error::Error + 'static)> = Vec::new();
+    if let Some(source) = std::error::Error::source(&error) {
+        stack.push(source);
+    }
+    while let Some(e) = stack.pop() {
+        if let Some(r) = e.downcast_ref::<rustls::Error>() {
+            tls = Some(r.clone());
+            break;
+        }
+        if let Some(ioe) = e.downcast_ref::<std::io::Error>() {
+            if io.is_none() || ioe.kind() != std::io::ErrorKind::Other {
+                io = Some((ioe.kind(), ioe.to_string()));
+            }
+            if let Some(inner) = ioe.get_ref() {
+                stack.push(inner);
+                continue;
+            }
+        }
+        if let Some(next) = e.source() {
+            stack.push(next);
+        }
+    }
+    if let Some(tls) = tls {
+        return match &tls {
+            rustls::Error::InvalidCertificate(cert) => match cert {
+                rustls::CertificateError::UnknownIssuer => Failure::UnknownAuthority,
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. } => Failure::NameMismatch,
+                _ => Failure::BadCertificate(tls.to_string()),
+            },
+            _ => Failure::Tls(tls),
+        };
+    }
+    if error.is_connect()
+        && let Some((kind, message)) = io
+    {
+        return if kind == std::io::ErrorKind::ConnectionRefused {
+            Failure::Refused
+        } else {
+            Failure::Connect(std::io::Error::new(kind, message))
+        };
+    }
+    Failure::Request(error)
 }

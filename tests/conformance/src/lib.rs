@@ -2,10 +2,12 @@
 //! payload shapes and a control plane that behaves like kube-apiserver on the wire.
 //!
 //! # Layout
+//! - [`kubelet`]: simulated kubelets (HTTPS, fault modes) and a time-driven workload model.
 //! - [`payload`]: renders `/metrics/resource` and `/stats/summary` bodies from a node model.
 //! - [`controlplane`]: a kube-apiserver on the wire (discovery, reviews, core API, health).
 //! - [`aggregator`]: kube-aggregator: APIServices, availability, proxying with front-proxy auth.
 
 pub mod aggregator;
 pub mod controlplane;
+pub mod kubelet;
 pub mod payload;

@@ -1,0 +1,424 @@
+//! Delegated authentication and authorization, as k8s.io/apiserver does it for every aggregated
+//! API server (aggregation-contract §1.3-1.5).
+//!
+//! The server calls [`Authenticator::authenticate`] with the request headers and the client
+//! certificate chain of the connection (requested, never required, by `tls::server`), then
+//! [`attributes`] and [`Authorizer::authorize`]; [`AuthnError`] becomes
+//! [`Status::unauthorized`](crate::status::Status::unauthorized) and a deny [`forbidden`].
+//!
+//! # Layout
+//! - [`requestheader`]: the front-proxy authenticator (`X-Remote-*` behind a trusted certificate).
+//! - `x509`: certificate-chain verification with the clientAuth usage; client-CA users (CN/O).
+//! - `token`: bearer tokens checked by TokenReview, cached.
+//! - [`configmap`]: `kube-system/extension-apiserver-authentication`, parsed and watched.
+//! - [`attributes`]: the authorization attributes of a request (`RequestInfoFactory`).
+//! - `sar`: the authorizer (groups, paths, SubjectAccessReview) and the 403 wording.
+//! - `cache`: the bounded TTL cache of review answers.
+
+pub mod attributes;
+mod cache;
+pub mod configmap;
+pub mod requestheader;
+mod sar;
+mod token;
+mod x509;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use http::HeaderMap;
+use parking_lot::RwLock;
+use rustls_pki_types::{CertificateDer, UnixTime};
+use tokio_util::sync::CancellationToken;
+
+pub use attributes::{Attributes, ResourceRequest, attributes};
+pub use sar::{Authorizer, AuthzConfig, AuthzError, Decision, forbidden, review_spec};
+
+use requestheader::{HeaderNames, RequestHeader};
+use token::{Review, TokenReviewer};
+use x509::CaBundle;
+
+/// Who is making a request (`k8s.io/apiserver/pkg/authentication/user.Info`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserInfo {
+    /// User name.
+    pub name: String,
+    /// UID, often empty.
+    pub uid: String,
+    /// Groups.
+    pub groups: Vec<String>,
+    /// Extra attributes (keys lower-case for front-proxy users).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// The anonymous user name.
+pub const ANONYMOUS: &str = "system:anonymous";
+/// The group of anonymous requests.
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+/// The group added to every authenticated user.
+pub const AUTHENTICATED: &str = "system:authenticated";
+
+impl UserInfo {
+    /// `system:anonymous` in `system:unauthenticated`.
+    pub fn anonymous() -> Self {
+        UserInfo {
+            name: ANONYMOUS.to_owned(),
+            groups: vec![UNAUTHENTICATED.to_owned()],
+            ..UserInfo::default()
+        }
+    }
+
+    /// `group.NewAuthenticatedGroupAdder`: adds `system:authenticated` unless the user is
+    /// anonymous or already in it or in `system:unauthenticated`.
+    fn with_authenticated_group(mut self) -> Self {
+        if self.name != ANONYMOUS
+            && !self
+                .groups
+                .iter()
+                .any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED)
+        {
+            self.groups.push(AUTHENTICATED.to_owned());
+        }
+        self
+    }
+}
+
+/// The delegated authentication flags (metrics-server §1.5).
+#[derive(Debug, Clone)]
+pub struct AuthnConfig {
+    /// `--client-ca-file`.
+    pub client_ca_file: Option<PathBuf>,
+    /// `--requestheader-client-ca-file`; when set, every `--requestheader-*` flag is used as
+    /// is and the ConfigMap's request-header keys are ignored.
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// `--requestheader-allowed-names`.
+    pub requestheader_allowed_names: Vec<String>,
+    /// `--requestheader-username-headers` (default `x-remote-user`).
+    pub requestheader_username_headers: Vec<String>,
+    /// `--requestheader-uid-headers` (no default).
+    pub requestheader_uid_headers: Vec<String>,
+    /// `--requestheader-group-headers` (default `x-remote-group`).
+    pub requestheader_group_headers: Vec<String>,
+    /// `--requestheader-extra-headers-prefix` (default `x-remote-extra-`).
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// `--authentication-token-webhook-cache-ttl`.
+    pub token_webhook_cache_ttl: Duration,
+    /// `--authentication-skip-lookup`.
+    pub skip_lookup: bool,
+    /// `--authentication-tolerate-lookup-failure`.
+    pub tolerate_lookup_failure: bool,
+    /// Bound on one TokenReview call.
+    pub token_review_timeout: Duration,
+}
+
+impl Default for AuthnConfig {
+    fn default() -> Self {
+        let owned = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect();
+        AuthnConfig {
+            client_ca_file: None,
+            requestheader_client_ca_file: None,
+            requestheader_allowed_names: Vec::new(),
+            requestheader_username_headers: owned(requestheader::DEFAULT_USERNAME_HEADERS),
+            requestheader_uid_headers: Vec::new(),
+            requestheader_group_headers: owned(requestheader::DEFAULT_GROUP_HEADERS),
+            requestheader_extra_headers_prefix: owned(requestheader::DEFAULT_EXTRA_PREFIXES),
+            token_webhook_cache_ttl: Duration::from_secs(10),
+            skip_lookup: false,
+            tolerate_lookup_failure: false,
+            token_review_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Authentication errors: configuration problems at start, and rejected requests (401).
+#[derive(Debug, thiserror::Error)]
+pub enum AuthnError {
+    /// A CA file or ConfigMap value is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// The ConfigMap lookup failed (and failures are not tolerated).
+    #[error(
+        "unable to get configmap/{name} in {namespace}: {source}",
+        name = configmap::NAME,
+        namespace = configmap::NAMESPACE
+    )]
+    Lookup {
+        /// The cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The lookup is wanted but there is no Kubernetes client to do it.
+    #[error("looking up configmap/{} needs a Kubernetes client", configmap::NAME)]
+    NoClient,
+    /// An authenticator rejected the request and none accepted it: 401.
+    #[error("authentication failed: {}", .0.join("; "))]
+    Rejected(Vec<String>),
+}
+
+/// kube-apiserver's identity headers, stripped from every request whatever is configured.
+static STANDARD_HEADERS: LazyLock<HeaderNames> = LazyLock::new(HeaderNames::standard);
+
+/// The trust currently in force.
+#[derive(Debug, Default)]
+struct Trust {
+    request_header: Option<RequestHeader>,
+    client_ca: Option<CaBundle>,
+}
+
+/// The authenticator chain: request header, client certificate, bearer token, anonymous.
+pub struct Authenticator {
+    config: AuthnConfig,
+    /// From `--requestheader-client-ca-file`, which wins over the ConfigMap.
+    flag_request_header: Option<RequestHeader>,
+    /// From `--client-ca-file`, which wins over the ConfigMap.
+    flag_client_ca: Option<CaBundle>,
+    trust: RwLock<Arc<Trust>>,
+    tokens: Option<TokenReviewer>,
+    client: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("trust", &*self.trust.read())
+            .field("tokens", &self.tokens.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A client for TokenReview, SubjectAccessReview and the ConfigMap: kube's default retries
+/// (many, with long backoff) off, and short timeouts, so a slow API server fails a request
+/// quickly instead of holding it.
+pub fn review_client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(10));
+    config.write_timeout = Some(Duration::from_secs(10));
+    kube::Client::try_from(config)
+}
+
+impl Authenticator {
+    /// Reads the CA files, then (unless `skip_lookup`, or both CAs come from flags) loads the
+    /// ConfigMap once. A ConfigMap that does not exist is not an error (as upstream); any
+    /// other lookup failure is, unless `tolerate_lookup_failure`. `client` (see
+    /// [`review_client`]) also enables bearer tokens.
+    pub async fn new(
+        config: AuthnConfig,
+        client: Option<kube::Client>,
+    ) -> Result<Self, AuthnError> {
+        let flag_client_ca = match &config.client_ca_file {
+            Some(path) => Some(ca_file(path)?),
+            None => None,
+        };
+        let flag_request_header = match &config.requestheader_client_ca_file {
+            Some(path) => Some(RequestHeader {
+                ca: ca_file(path)?,
+                allowed_names: config.requestheader_allowed_names.clone(),
+                headers: HeaderNames::new(
+                    &config.requestheader_username_headers,
+                    &config.requestheader_uid_headers,
+                    &config.requestheader_group_headers,
+                    &config.requestheader_extra_headers_prefix,
+                ),
+            }),
+            None => None,
+        };
+        let tokens = client.clone().map(|c| {
+            TokenReviewer::new(
+                c,
+                config.token_webhook_cache_ttl,
+                config.token_review_timeout,
+            )
+        });
+        let auth = Authenticator {
+            trust: RwLock::new(Arc::new(Trust {
+                request_header: flag_request_header.clone(),
+                client_ca: flag_client_ca.clone(),
+            })),
+            flag_request_header,
+            flag_client_ca,
+            tokens,
+            client,
+            config,
+        };
+        if auth.lookup_wanted() {
+            auth.lookup().await?;
+        }
+        Ok(auth)
+    }
+
+    fn lookup_wanted(&self) -> bool {
+        !self.config.skip_lookup
+            && (self.flag_client_ca.is_none() || self.flag_request_header.is_none())
+    }
+
+    async fn lookup(&self) -> Result<(), AuthnError> {
+        let result = match &self.client {
+            None => Err(AuthnError::NoClient),
+            Some(client) => match configmap::get(client.clone()).await {
+                Ok(Some(data)) => self.update_from_configmap(&data),
+                Ok(None) => {
+                    tracing::warn!(
+                        configmap = configmap::NAME,
+                        "authentication configmap not found; going on without it"
+                    );
+                    Ok(())
+                }
+                Err(error) => Err(AuthnError::Lookup {
+                    source: Box::new(error),
+                }),
+            },
+        };
+        match result {
+            Err(error) if self.config.tolerate_lookup_failure => {
+                tracing::warn!(%error, "continuing without the in-cluster authentication configuration; requests may be treated as anonymous");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Watches the ConfigMap until `shutdown` and applies every change (rotated CAs, new
+    /// allowed names or header names take effect at once). Returns at once when there is
+    /// nothing to watch (lookup skipped, both CAs from flags, or no client). The caller owns
+    /// the task that runs it.
+    pub async fn run_watch(&self, shutdown: CancellationToken) {
+        let Some(client) = self.client.clone().filter(|_| self.lookup_wanted()) else {
+            return;
+        };
+        configmap::watch(self, client, shutdown).await;
+    }
+
+    /// Applies the ConfigMap's `data` to whatever the flags leave unset. Each half (client CA,
+    /// request-header settings) that parses is applied; one that does not keeps its previous
+    /// value and is reported.
+    pub fn update_from_configmap(&self, data: &BTreeMap<String, String>) -> Result<(), AuthnError> {
+        let parsed = configmap::parse(data);
+        let mut errors = Vec::new();
+        let mut trust = self.trust.write();
+        let mut next = Trust {
+            request_header: trust.request_header.clone(),
+            client_ca: trust.client_ca.clone(),
+        };
+        if self.flag_client_ca.is_none() {
+            match parsed.client_ca {
+                Ok(ca) => next.client_ca = ca,
+                Err(e) => errors.push(e),
+            }
+        }
+        if self.flag_request_header.is_none() {
+            match parsed.request_header {
+                Ok(keys) => {
+                    let or_flag = |from_map: Vec<String>, flag: &Vec<String>| {
+                        if from_map.is_empty() {
+                            flag.clone()
+                        } else {
+                            from_map
+                        }
+                    };
+                    let c = &self.config;
+                    next.request_header = keys.ca.map(|ca| RequestHeader {
+                        ca,
+                        allowed_names: keys.allowed_names,
+                        headers: HeaderNames::new(
+                            &or_flag(keys.username, &c.requestheader_username_headers),
+                            &or_flag(keys.uid, &c.requestheader_uid_headers),
+                            &or_flag(keys.group, &c.requestheader_group_headers),
+                            &or_flag(keys.extra_prefixes, &c.requestheader_extra_headers_prefix),
+                        ),
+                    });
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        *trust = Arc::new(next);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(AuthnError::Config(errors.join("; ")))
+        }
+    }
+
+    /// Authenticates a request. `peer_chain` is the client certificate chain of the TLS
+    /// connection, leaf first. Every identity header (`X-Remote-*` and the configured ones) is
+    /// removed whatever the outcome, and `Authorization` once authenticated. `Err` means 401.
+    pub async fn authenticate(
+        &self,
+        headers: &mut HeaderMap,
+        peer_chain: Option<&[CertificateDer<'static>]>,
+    ) -> Result<UserInfo, AuthnError> {
+        let user = self.chain(headers, peer_chain, UnixTime::now()).await;
+        if user.is_ok() {
+            headers.remove(http::header::AUTHORIZATION);
+        }
+        user
+    }
+
+    async fn chain(
+        &self,
+        headers: &mut HeaderMap,
+        peer_chain: Option<&[CertificateDer<'static>]>,
+        now: UnixTime,
+    ) -> Result<UserInfo, AuthnError> {
+        let trust = Arc::clone(&self.trust.read());
+        let chain = peer_chain.filter(|c| !c.is_empty());
+        let mut errors = Vec::new();
+        let mut user = None;
+
+        if let (Some(rh), Some(chain)) = (&trust.request_header, chain) {
+            match rh.authenticate(headers, chain, now) {
+                Ok(found) => user = found,
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(rh) = &trust.request_header {
+            requestheader::clear(headers, &rh.headers);
+        }
+        requestheader::clear(headers, &STANDARD_HEADERS);
+
+        if user.is_none()
+            && let (Some(ca), Some(chain)) = (&trust.client_ca, chain)
+        {
+            match ca.verify(chain, now) {
+                Ok(subject) if !subject.common_name.is_empty() => {
+                    user = Some(UserInfo {
+                        name: subject.common_name,
+                        groups: subject.organizations,
+                        ..UserInfo::default()
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(format!("verifying client certificate: {e}")),
+            }
+        }
+
+        if user.is_none()
+            && let (Some(tokens), Some(token)) = (&self.tokens, token::bearer(headers))
+        {
+            match tokens.review(token).await {
+                Ok(Review::User(u)) => user = Some(u),
+                Ok(Review::Rejected(reason)) => errors.push(reason),
+                Err(e) => errors.push(e),
+            }
+        }
+
+        match user {
+            Some(user) => Ok(user.with_authenticated_group()),
+            None if errors.is_empty() => Ok(UserInfo::anonymous()),
+            None => {
+                tracing::debug!(errors = ?errors, "request rejected by authentication");
+                Err(AuthnError::Rejected(errors))
+            }
+        }
+    }
+}
+
+fn ca_file(path: &std::path::Path) -> Result<CaBundle, AuthnError> {
+    let certs = tls::pem::certs_from_file(path).map_err(|e| AuthnError::Config(e.to_string()))?;
+    CaBundle::from_der(&certs).map_err(|e| AuthnError::Config(format!("{}: {e}", path.display())))
+}

@@ -1,0 +1,228 @@
+//! One node's scrape: resolve its URL, wait for its turn, fetch, parse, store, count, log.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Period, Shared};
+use crate::inventory::NodeRecord;
+use crate::kubelet::ParseError;
+use crate::kubelet::client::{self, TargetError};
+use crate::point::NodeName;
+
+/// Per-node error logs are repeated at most this often; counters count every failure.
+pub(super) const LOG_EVERY: Duration = Duration::from_secs(5 * 60);
+
+/// Why one node's scrape failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No usable kubelet URL for the node.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// The request failed.
+    #[error(transparent)]
+    Kubelet(#[from] client::Error),
+    /// Waiting for a free slot (`max_in_flight`) or for the node's previous request used up
+    /// the whole timeout.
+    #[error(
+        "node {node}: no scrape slot became free within {timeout:?} (--kubelet-request-timeout)"
+    )]
+    Queued {
+        /// The node.
+        node: NodeName,
+        /// The timeout that expired.
+        timeout: Duration,
+    },
+    /// The body was not a valid payload.
+    #[error("node {node}: failed parsing metrics: {source}")]
+    Parse {
+        /// The node.
+        node: NodeName,
+        /// Where and what.
+        #[source]
+        source: ParseError,
+    },
+}
+
+impl Error {
+    /// A short, stable label for metrics and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Target(e) => e.reason(),
+            Error::Kubelet(e) => e.reason(),
+            Error::Queued { .. } => "queue_timeout",
+            Error::Parse { .. } => "parse",
+        }
+    }
+}
+
+/// What the loop keeps per node between periods.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    /// Held while a request to this node is in flight.
+    busy: Arc<tokio::sync::Mutex<()>>,
+    /// Set while the node is failing.
+    failing: Option<Failing>,
+}
+
+#[derive(Debug)]
+struct Failing {
+    last_logged: Instant,
+    suppressed: u64,
+    failures: u64,
+}
+
+/// Runs one node's scrape that was scheduled to start at `start`.
+pub(super) async fn scrape(
+    shared: Arc<Shared>,
+    record: Arc<NodeRecord>,
+    start: Instant,
+    period: Arc<Period>,
+) {
+    // Counts this scrape as done for the period even if the task is aborted.
+    let _done = PeriodGuard {
+        period,
+        shared: shared.clone(),
+    };
+    let deadline = start + shared.request_timeout;
+    let result = fetch_and_store(&shared, &record, deadline).await;
+    let finished = Instant::now();
+    let finished_ns = shared.clock.unix_ns(finished);
+    let elapsed = finished.saturating_duration_since(start);
+    let node = &record.name;
+    shared.metrics.observe_request(
+        node.as_str(),
+        elapsed,
+        result.is_ok(),
+        finished_ns as f64 / 1e9,
+    );
+    shared
+        .progress
+        .last_scrape_done_ns
+        .store(finished_ns, Ordering::Relaxed);
+    match result {
+        Ok(ingested) => {
+            let recovered = shared
+                .nodes
+                .lock()
+                .get_mut(node)
+                .and_then(|s| s.failing.take());
+            if let Some(failing) = recovered {
+                scrape_recovered(node, failing.failures);
+            }
+            tracing::trace!(
+                node = %node,
+                pods = ingested.pods,
+                pods_with_usage = ingested.pods_with_usage,
+                containers_ignored = ingested.containers_ignored,
+                elapsed_ms = elapsed.as_millis() as u64,
+                "scraped node"
+            );
+        }
+        Err(error) => {
+            shared.store.scrape_failed(node, finished_ns);
+            shared.metrics.observe_failure(error.reason());
+            let log = {
+                let mut nodes = shared.nodes.lock();
+                let state = nodes.entry(node.clone()).or_default();
+                match &mut state.failing {
+                    None => {
+                        state.failing = Some(Failing {
+                            last_logged: finished,
+                            suppressed: 0,
+                            failures: 1,
+                        });
+                        Some(0)
+                    }
+                    Some(f) => {
+                        f.failures += 1;
+                        if finished.saturating_duration_since(f.last_logged) >= LOG_EVERY {
+                            let suppressed = f.suppressed;
+                            f.last_logged = finished;
+                            f.suppressed = 0;
+                            Some(suppressed)
+                        } else {
+                            f.suppressed += 1;
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(suppressed) = log {
+                scrape_failed(node, &error, suppressed);
+            }
+        }
+    }
+}
+
+async fn fetch_and_store(
+    shared: &Shared,
+    record: &NodeRecord,
+    deadline: Instant,
+) -> Result<crate::store::Ingested, Error> {
+    let node = &record.name;
+    let target = shared.resolver.resolve(record)?;
+    let queued = || Error::Queued {
+        node: node.clone(),
+        timeout: shared.request_timeout,
+    };
+    // One request per node at a time: a node still busy from the previous period (only
+    // possible when the node order changed) is waited for, within this request's deadline.
+    let busy = {
+        let mut nodes = shared.nodes.lock();
+        nodes.entry(node.clone()).or_default().busy.clone()
+    };
+    let _busy = tokio::time::timeout_at(deadline, busy.lock_owned())
+        .await
+        .map_err(|_| queued())?;
+    let _slot = tokio::time::timeout_at(deadline, shared.slots.acquire())
+        .await
+        .map_err(|_| queued())?
+        .map_err(|_| queued())?;
+    let request_time_ns = shared.clock.unix_ns(Instant::now());
+    let body = shared.client.fetch(&target, deadline).await?;
+    let scrape = shared
+        .config
+        .source
+        .parse(&body, request_time_ns)
+        .map_err(|source| Error::Parse {
+            node: node.clone(),
+            source,
+        })?;
+    let now_ns = shared.clock.unix_ns(Instant::now());
+    Ok(shared.store.ingest(node, &scrape, now_ns))
+}
+
+struct PeriodGuard {
+    period: Arc<Period>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for PeriodGuard {
+    fn drop(&mut self) {
+        self.period.finish_one(&self.shared);
+    }
+}
+
+/// A node's scrape failed (logged on the first failure, then at most every [`LOG_EVERY`]).
+fn scrape_failed(node: &NodeName, error: &Error, suppressed: u64) {
+    tracing::warn!(
+        node = %node,
+        reason = error.reason(),
+        suppressed,
+        error = %error,
+        "failed to scrape node"
+    );
+}
+
+/// A failing node answered again.
+fn scrape_recovered(node: &NodeName, failures: u64) {
+    tracing::info!(node = %node, failures, "node scrape recovered");
+}
+
+/// A node left the inventory (or the node selector) and was forgotten.
+pub(super) fn forgotten(node: &NodeName) {
+    tracing::debug!(node = %node, "node gone: removed from store and metrics");
+}

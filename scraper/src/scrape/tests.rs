@@ -1,0 +1,211 @@
+//! Loop scheduling under a paused clock. Nodes here have no usable address, so every scrape
+//! fails at once without I/O and the timing of each attempt is the schedule itself. Real
+//! HTTPS scrapes are in `tests/conformance/tests/scrape.rs`.
+
+use super::*;
+use crate::inventory::Labels;
+use prometheus_client::registry::Registry;
+
+struct Fixed(parking_lot::Mutex<Vec<Arc<NodeRecord>>>);
+
+impl NodeSource for Fixed {
+    fn nodes(&self) -> Vec<Arc<NodeRecord>> {
+        self.0.lock().clone()
+    }
+}
+
+fn record(name: &str) -> Arc<NodeRecord> {
+    Arc::new(NodeRecord {
+        name: NodeName::from(name),
+        labels: Labels::default(),
+        addresses: Vec::new(),
+        kubelet_port: None,
+        metrics_path: None,
+    })
+}
+
+fn config(resolution: Duration) -> Config {
+    Config {
+        resolution,
+        request_timeout: resolution / 2,
+        max_in_flight: 4,
+        source: Source::Resource,
+        address_types: vec!["InternalIP".to_owned()],
+        kubelet_port: 10250,
+        use_node_status_port: false,
+        node_selector: LabelSelector::default(),
+    }
+}
+
+struct Running {
+    nodes: Arc<Fixed>,
+    metrics: Arc<Metrics>,
+    progress: Arc<Progress>,
+    registry: Registry,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(names: &[&str], resolution: Duration) -> Running {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry, resolution));
+    let nodes = Arc::new(Fixed(parking_lot::Mutex::new(
+        names.iter().map(|n| record(n)).collect(),
+    )));
+    let progress = Arc::new(Progress::default());
+    let shutdown = CancellationToken::new();
+    let client = Client::new(crate::kubelet::client::Config::default()).unwrap();
+    let task = tokio::spawn(run(
+        config(resolution),
+        nodes.clone(),
+        Arc::new(Store::new(crate::store::Config::new(resolution))),
+        client,
+        metrics.clone(),
+        progress.clone(),
+        shutdown.clone(),
+    ));
+    Running {
+        nodes,
+        metrics,
+        progress,
+        registry,
+        shutdown,
+        task,
+    }
+}
+
+async fn at(t0: Instant, offset: Duration) {
+    tokio::time::sleep_until(t0 + offset).await;
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_are_spread_evenly_over_the_period() {
+    let t0 = Instant::now();
+    let r = start(&["a", "b", "c", "d"], Duration::from_secs(4));
+    // Node i of 4 starts at i seconds: a at 0, b at 1, c at 2, d at 3; then a again at 4.
+    for (offset_ms, expected) in [(500, 1), (1500, 2), (2500, 3), (3500, 4), (4500, 5)] {
+        at(t0, ms(offset_ms)).await;
+        assert_eq!(
+            r.metrics.requests(false),
+            expected,
+            "requests done by t={offset_ms}ms"
+        );
+    }
+    assert_eq!(r.metrics.failures("no_address"), 5);
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_and_tick_are_recorded_per_period() {
+    let t0 = Instant::now();
+    let r = start(&["a", "b"], Duration::from_secs(10));
+    at(t0, ms(1)).await;
+    let first_tick = r.progress.last_tick_start_ns().unwrap();
+    assert!(r.progress.last_scrape_done_ns().is_some());
+    // The period is complete only once b (at 5 s) is done.
+    assert_eq!(r.metrics.ticks(), 0);
+    at(t0, ms(5_001)).await;
+    assert_eq!(r.metrics.ticks(), 1);
+    at(t0, ms(10_001)).await;
+    let second_tick = r.progress.last_tick_start_ns().unwrap();
+    assert_eq!(second_tick - first_tick, 10_000_000_000);
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn nodes_that_leave_lose_their_series() {
+    let t0 = Instant::now();
+    let r = start(&["a", "gone"], Duration::from_secs(2));
+    at(t0, ms(1_500)).await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    assert!(text.contains("node=\"gone\""));
+    r.nodes.0.lock().retain(|n| n.name.as_str() != "gone");
+    at(t0, ms(2_500)).await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    assert!(!text.contains("node=\"gone\""), "{text}");
+    assert!(text.contains("node=\"a\""));
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_the_loop_promptly() {
+    let t0 = Instant::now();
+    let r = start(&["a", "b", "c"], Duration::from_secs(60));
+    at(t0, ms(100)).await;
+    r.shutdown.cancel();
+    tokio::time::timeout(ms(10), r.task)
+        .await
+        .expect("loop did not stop")
+        .unwrap();
+    // b and c (due at 20 s and 40 s) never ran.
+    assert_eq!(r.metrics.requests(false), 1);
+}
+
+#[test]
+fn clock_follows_the_tokio_clock() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let clock = Clock::start();
+        let a = clock.unix_ns(Instant::now());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(clock.unix_ns(Instant::now()) - a, 3_000_000_000);
+    });
+}
+
+/// Counts `failed to scrape node` events; enough of a subscriber for that.
+struct CountFailures(Arc<std::sync::atomic::AtomicU64>);
+
+impl tracing::Subscriber for CountFailures {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" && format!("{value:?}") == "failed to scrape node" {
+                    self.0 = true;
+                }
+            }
+        }
+        let mut m = Message(false);
+        event.record(&mut m);
+        if m.0 {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_node_error_logs_are_rate_limited_but_counters_are_not() {
+    let logged = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let _guard = tracing::subscriber::set_default(CountFailures(logged.clone()));
+    let t0 = Instant::now();
+    let r = start(&["a"], Duration::from_secs(10));
+    // Failures at 0, 10, ..., 650 s: 66 of them. Logged at 0, then at 300 s and 600 s.
+    at(t0, ms(655_000)).await;
+    assert_eq!(r.metrics.failures("no_address"), 66);
+    assert_eq!(logged.load(Ordering::Relaxed), 3);
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}

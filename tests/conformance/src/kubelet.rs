@@ -1,0 +1,606 @@
+//! A simulated kubelet: an HTTPS server on `127.0.0.1:0` with its own serving certificate,
+//! serving `/metrics/resource` and `/stats/summary` from a node model or fixed bodies, with
+//! fault modes switchable at runtime (hang, slow, 500, garbage, oversized, down, wrong
+//! certificate). It records every request it sees so tests can assert what a client sent.
+//!
+//! [`SimNode`] is a workload model driven by a time parameter: CPU counters grow at a
+//! configured rate, memory wanders within bounds, containers restart.
+
+mod model;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use parking_lot::{Mutex, RwLock};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+pub use model::{SimContainer, SimNode, SimPod};
+
+use crate::payload::{NodeStats, render_resource, render_summary};
+
+/// How the kubelet misbehaves; switch with [`SimKubelet::set_fault`].
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Answers normally.
+    #[default]
+    Healthy,
+    /// Accepts the connection and the request, never answers.
+    Hang,
+    /// Answers normally after this delay.
+    Slow(Duration),
+    /// Answers with this status code and a short text body.
+    Status(u16),
+    /// Answers 200 with an HTML page followed by binary noise.
+    Garbage,
+    /// Answers 200 and streams (chunked, no Content-Length) this many bytes of metric-like
+    /// text.
+    Oversized {
+        /// Bytes streamed in total.
+        bytes: usize,
+    },
+    /// The listener is closed and open connections are dropped: connection refused.
+    Down,
+    /// Presents a serving certificate issued by another CA.
+    WrongCert,
+}
+
+/// Which serving certificate the kubelet starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CertKind {
+    /// Issued by the given CA with SANs `127.0.0.1` and `localhost`.
+    #[default]
+    Valid,
+    /// Issued by the given CA but only for `localhost` (no IP SAN), like a hostname-only
+    /// kubelet serving certificate.
+    NoIpSan,
+    /// Issued by another, untrusted CA (like a self-signed kubelet certificate).
+    OtherCa,
+}
+
+/// What the kubelet serves.
+#[derive(Clone)]
+pub enum Content {
+    /// Rendered from this model at each request (mutate with [`SimKubelet::update_stats`]).
+    Stats(NodeStats),
+    /// These exact bodies.
+    Fixed {
+        /// The `/metrics/resource` body.
+        resource: Bytes,
+        /// The `/stats/summary` body.
+        summary: Bytes,
+    },
+    /// Rendered from a workload model at the time `clock` returns (Unix ms), read at each
+    /// request. The caller supplies the clock: the wall clock in the sandbox, a shared test
+    /// time in tests.
+    Live {
+        /// The workload.
+        node: SimNode,
+        /// Unix ms "now".
+        clock: Arc<dyn Fn() -> i64 + Send + Sync>,
+    },
+}
+
+impl std::fmt::Debug for Content {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Content::Stats(s) => f.debug_tuple("Stats").field(&s.name).finish(),
+            Content::Fixed { resource, summary } => f
+                .debug_struct("Fixed")
+                .field("resource_bytes", &resource.len())
+                .field("summary_bytes", &summary.len())
+                .finish(),
+            Content::Live { node, .. } => f.debug_tuple("Live").field(&node.name).finish(),
+        }
+    }
+}
+
+/// How to start a simulated kubelet.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The node's name.
+    pub node_name: String,
+    /// The serving certificate.
+    pub cert: CertKind,
+    /// When set, requests without `Authorization: Bearer <token>` get 401.
+    pub bearer_token: Option<String>,
+    /// Serve plain HTTP instead of HTTPS (`--deprecated-kubelet-completely-insecure`).
+    pub plain_http: bool,
+    /// What is served.
+    pub content: Content,
+    /// The fault at start.
+    pub fault: Fault,
+}
+
+impl Options {
+    /// A healthy HTTPS kubelet for `node_name` with a valid certificate and an empty model.
+    pub fn new(node_name: &str) -> Self {
+        Options {
+            node_name: node_name.to_owned(),
+            cert: CertKind::Valid,
+            bearer_token: None,
+            plain_http: false,
+            content: Content::Stats(NodeStats {
+                name: node_name.to_owned(),
+                ..NodeStats::default()
+            }),
+            fault: Fault::Healthy,
+        }
+    }
+
+    /// Serves these fixed bodies.
+    pub fn fixed(mut self, resource: impl Into<Bytes>, summary: impl Into<Bytes>) -> Self {
+        self.content = Content::Fixed {
+            resource: resource.into(),
+            summary: summary.into(),
+        };
+        self
+    }
+}
+
+/// One request as the kubelet saw it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// When it arrived (Tokio clock).
+    pub at: Instant,
+    /// Path and query.
+    pub path: String,
+    /// Every request header.
+    pub headers: HeaderMap,
+}
+
+impl Seen {
+    /// The `Authorization` header, if any.
+    pub fn authorization(&self) -> Option<&str> {
+        self.headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+    }
+}
+
+/// Why a simulated kubelet could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Certificates or TLS configuration.
+    #[error("simulated kubelet TLS: {0}")]
+    Tls(#[from] tls::Error),
+    /// Binding the listener.
+    #[error("simulated kubelet listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Requests remembered per kubelet (the oldest are dropped beyond this).
+const SEEN_LIMIT: usize = 4096;
+
+/// A running simulated kubelet. Dropping it stops it; [`SimKubelet::shutdown`] waits.
+#[derive(Debug)]
+pub struct SimKubelet {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    plain_http: bool,
+    fault: watch::Sender<Fault>,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    node_name: String,
+    token: Option<String>,
+    content: RwLock<Content>,
+    fault: RwLock<Fault>,
+    requests: AtomicU64,
+    connections: AtomicU64,
+    seen: Mutex<Vec<Seen>>,
+}
+
+#[derive(Debug)]
+struct SwitchCert {
+    good: Arc<CertifiedKey>,
+    wrong: Arc<CertifiedKey>,
+    fault: watch::Receiver<Fault>,
+}
+
+impl ResolvesServerCert for SwitchCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if *self.fault.borrow() == Fault::WrongCert {
+            Some(self.wrong.clone())
+        } else {
+            Some(self.good.clone())
+        }
+    }
+}
+
+impl SimKubelet {
+    /// Starts a kubelet on `127.0.0.1:0` whose certificate (unless [`CertKind::OtherCa`])
+    /// is issued by `ca`.
+    pub async fn start(ca: &tls::issue::Ca, options: Options) -> Result<Self, Error> {
+        let other_ca = tls::issue::Ca::new("simulated untrusted CA")?;
+        let spec = |sans: &[&str]| tls::issue::LeafSpec {
+            common_name: options.node_name.clone(),
+            organizations: Vec::new(),
+            sans: sans.iter().map(|s| (*s).to_owned()).collect(),
+            server: true,
+            client: false,
+        };
+        let good = match options.cert {
+            CertKind::Valid => ca.issue(&spec(&["127.0.0.1", "localhost"]))?,
+            CertKind::NoIpSan => ca.issue(&spec(&["localhost"]))?,
+            CertKind::OtherCa => other_ca.issue(&spec(&["127.0.0.1", "localhost"]))?,
+        };
+        let wrong = other_ca.issue(&spec(&["127.0.0.1", "localhost"]))?;
+        let (fault_tx, fault_rx) = watch::channel(options.fault.clone());
+        let plain_http = options.plain_http;
+        let acceptor = if plain_http {
+            None
+        } else {
+            let certs = Arc::new(SwitchCert {
+                good: Arc::new(tls::server::certified_key(&good.identity)?),
+                wrong: Arc::new(tls::server::certified_key(&wrong.identity)?),
+                fault: fault_rx.clone(),
+            });
+            let config = tls::server::config(certs, false)?;
+            Some(TlsAcceptor::from(Arc::new(config)))
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let inner = Arc::new(Inner {
+            node_name: options.node_name,
+            token: options.bearer_token,
+            content: RwLock::new(options.content),
+            fault: RwLock::new(options.fault),
+            requests: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            seen: Mutex::new(Vec::new()),
+        });
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(supervise(
+            inner.clone(),
+            listener,
+            addr,
+            acceptor,
+            fault_rx,
+            shutdown.clone(),
+        ));
+        Ok(SimKubelet {
+            inner,
+            addr,
+            plain_http,
+            fault: fault_tx,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    /// The node's name.
+    pub fn node_name(&self) -> &str {
+        &self.inner.node_name
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL of a path on this kubelet (`https://127.0.0.1:PORT/path`, or `http://`).
+    pub fn url(&self, path: &str) -> String {
+        let scheme = if self.plain_http { "http" } else { "https" };
+        format!("{scheme}://{}{path}", self.addr)
+    }
+
+    /// Switches the fault mode; takes effect for the next connection or request.
+    pub fn set_fault(&self, fault: Fault) {
+        *self.inner.fault.write() = fault.clone();
+        self.fault.send_replace(fault);
+    }
+
+    /// The current fault mode.
+    pub fn fault(&self) -> Fault {
+        self.inner.fault.read().clone()
+    }
+
+    /// Replaces what is served.
+    pub fn set_content(&self, content: Content) {
+        *self.inner.content.write() = content;
+    }
+
+    /// Mutates the served model (switching to [`Content::Stats`] if another content was set).
+    pub fn update_stats(&self, f: impl FnOnce(&mut NodeStats)) {
+        let mut content = self.inner.content.write();
+        if !matches!(*content, Content::Stats(_)) {
+            *content = Content::Stats(NodeStats {
+                name: self.inner.node_name.clone(),
+                ..NodeStats::default()
+            });
+        }
+        if let Content::Stats(stats) = &mut *content {
+            f(stats);
+        }
+    }
+
+    /// Requests received so far (any path, any outcome).
+    pub fn requests(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// TCP connections accepted so far (kept-alive clients reuse one).
+    pub fn connections(&self) -> u64 {
+        self.inner.connections.load(Ordering::Relaxed)
+    }
+
+    /// The requests seen so far, oldest first (at most the last 4096).
+    pub fn seen(&self) -> Vec<Seen> {
+        self.inner.seen.lock().clone()
+    }
+
+    /// A node record pointing at this kubelet: InternalIP 127.0.0.1 and the kubelet port in
+    /// the node status (scrape with `use_node_status_port`).
+    pub fn node_record(&self) -> scraper::inventory::NodeRecord {
+        scraper::inventory::NodeRecord {
+            name: scraper::point::NodeName::from(self.inner.node_name.as_str()),
+            labels: scraper::inventory::Labels::default(),
+            addresses: vec![scraper::inventory::NodeAddress {
+                kind: "InternalIP".into(),
+                address: "127.0.0.1".into(),
+            }],
+            kubelet_port: Some(self.addr.port()),
+            metrics_path: None,
+        }
+    }
+
+    /// Stops serving and waits until every connection is closed.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for SimKubelet {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Owns the listener: serves while the fault is not [`Fault::Down`], closes the listener and
+/// every connection while it is, and rebinds the same address when it is lifted.
+async fn supervise(
+    inner: Arc<Inner>,
+    listener: TcpListener,
+    addr: SocketAddr,
+    acceptor: Option<TlsAcceptor>,
+    mut fault: watch::Receiver<Fault>,
+    shutdown: CancellationToken,
+) {
+    let mut listener = Some(listener);
+    loop {
+        let down = *fault.borrow_and_update() == Fault::Down;
+        if down {
+            listener = None;
+        } else if listener.is_none() {
+            match TcpListener::bind(addr).await {
+                Ok(l) => listener = Some(l),
+                Err(e) => tracing::warn!(%addr, error = %e, "simulated kubelet cannot rebind"),
+            }
+        }
+        let stop = CancellationToken::new();
+        let serving = listener
+            .take()
+            .map(|l| tokio::spawn(accept(inner.clone(), l, acceptor.clone(), stop.clone())));
+        // Serve until the fault moves in or out of Down, or shutdown.
+        let ended = loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break true,
+                changed = fault.changed() => {
+                    if changed.is_err() {
+                        break true;
+                    }
+                    if (*fault.borrow() == Fault::Down) != down {
+                        break false;
+                    }
+                }
+            }
+        };
+        stop.cancel();
+        if let Some(serving) = serving
+            && let Ok(l) = serving.await
+            && *fault.borrow() != Fault::Down
+        {
+            listener = Some(l);
+        }
+        if ended {
+            return;
+        }
+    }
+}
+
+/// Accepts and serves connections until `stop`; then drops every connection and hands the
+/// listener back.
+async fn accept(
+    inner: Arc<Inner>,
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    stop: CancellationToken,
+) -> TcpListener {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                inner.connections.fetch_add(1, Ordering::Relaxed);
+                let inner = inner.clone();
+                let acceptor = acceptor.clone();
+                conns.spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let inner = inner.clone();
+                        async move { Ok::<_, Infallible>(handle(&inner, req).await) }
+                    });
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(acceptor) => {
+                            // Handshake failures (a client refusing our certificate) are the
+                            // point of some tests; nothing to do about them here.
+                            if let Ok(tls) = acceptor.accept(stream).await {
+                                let _ = http.serve_connection(TokioIo::new(tls), service).await;
+                            }
+                        }
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+    listener
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()).boxed());
+    *response.status_mut() = status;
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        response.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    response
+}
+
+async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Body> {
+    let n = inner.requests.fetch_add(1, Ordering::Relaxed);
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+    {
+        let mut seen = inner.seen.lock();
+        if seen.len() >= SEEN_LIMIT {
+            seen.remove(0);
+        }
+        seen.push(Seen {
+            at: Instant::now(),
+            path: path.clone(),
+            headers: req.headers().clone(),
+        });
+    }
+    let fault = inner.fault.read().clone();
+    match fault {
+        Fault::Hang => std::future::pending::<()>().await,
+        Fault::Slow(delay) => tokio::time::sleep(delay).await,
+        Fault::Status(code) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return full(status, "text/plain", "simulated kubelet failure\n");
+        }
+        Fault::Garbage => return full(StatusCode::OK, "text/html", garbage(n)),
+        Fault::Oversized { bytes } => return oversized(bytes),
+        Fault::Healthy | Fault::Down | Fault::WrongCert => {}
+    }
+    if let Some(token) = &inner.token {
+        let expected = format!("Bearer {token}");
+        let given = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if given != Some(expected.as_str()) {
+            return full(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
+        }
+    }
+    let summary = if path.starts_with("/stats/summary") {
+        true
+    } else if path.ends_with("/metrics/resource") {
+        false
+    } else {
+        return full(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n");
+    };
+    let body: Bytes = match &*inner.content.read() {
+        Content::Fixed {
+            resource,
+            summary: s,
+        } => {
+            if summary {
+                s.clone()
+            } else {
+                resource.clone()
+            }
+        }
+        Content::Stats(stats) => render(stats, summary),
+        Content::Live { node, clock } => render(&node.stats_at(clock()), summary),
+    };
+    let content_type = if summary {
+        "application/json"
+    } else {
+        "text/plain; version=0.0.4"
+    };
+    full(StatusCode::OK, content_type, body)
+}
+
+fn render(stats: &NodeStats, summary: bool) -> Bytes {
+    if summary {
+        render_summary(stats).into()
+    } else {
+        render_resource(stats).into()
+    }
+}
+
+/// An HTML error page followed by pseudo-random bytes (xorshift, seeded per request).
+fn garbage(seed: u64) -> Bytes {
+    let mut out =
+        b"<html><head><title>502 Bad Gateway</title></head><body>oops</body></html>\n".to_vec();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for _ in 0..4096 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.push(x.to_le_bytes()[0]);
+    }
+    out.into()
+}
+
+/// Streams `bytes` of plausible metric lines in 64 KiB chunks, without Content-Length.
+fn oversized(bytes: usize) -> Response<Body> {
+    const CHUNK: usize = 64 << 10;
+    let line =
+        b"container_memory_working_set_bytes{container=\"c\",namespace=\"n\",pod=\"p\"} 1 1\n";
+    let chunk: Bytes = line
+        .iter()
+        .copied()
+        .cycle()
+        .take(CHUNK)
+        .collect::<Vec<u8>>()
+        .into();
+    let stream = futures::stream::unfold(bytes, move |left| {
+        let chunk = chunk.clone();
+        async move {
+            if left == 0 {
+                return None;
+            }
+            let n = left.min(CHUNK);
+            Some((Ok::<_, Infallible>(Frame::data(chunk.slice(..n))), left - n))
+        }
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}

@@ -1,0 +1,724 @@
+//! The kubelet client and the scrape loop against simulated kubelets over real HTTPS on
+//! 127.0.0.1, serving the real fixture payloads.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conformance::kubelet::{CertKind, Fault, Options, SimKubelet};
+use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
+use scraper::inventory::NodeRecord;
+use scraper::kubelet::Source;
+use scraper::kubelet::client::{self, Client, Error, Resolver};
+use scraper::metrics::Metrics;
+use scraper::scrape::{self, NodeSource, Progress};
+use scraper::selector::LabelSelector;
+use scraper::store::Store;
+use tls::client::Verify;
+use tls::issue::Ca;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const RESOURCE: &str = "metrics-resource-metrics-server-kind-v1.21-70pods.txt";
+const SUMMARY: &str = "stats-summary-nri-kubernetes-minikube-v1.35.json";
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/kubelet")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn ca() -> Ca {
+    Ca::new("test cluster CA").unwrap()
+}
+
+async fn kubelet(ca: &Ca, name: &str, f: impl FnOnce(Options) -> Options) -> SimKubelet {
+    let options = f(Options::new(name).fixed(fixture(RESOURCE), fixture(SUMMARY)));
+    SimKubelet::start(ca, options).await.unwrap()
+}
+
+fn client_config(ca: &Ca) -> client::Config {
+    client::Config {
+        verify: Verify::Roots(vec![ca.cert().clone()]),
+        timeout: Duration::from_secs(5),
+        ..client::Config::default()
+    }
+}
+
+fn client(config: client::Config) -> Client {
+    Client::new(config).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// The client
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn fetches_fixture_bodies_over_one_kept_alive_connection() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| o).await;
+    let c = client(client_config(&ca));
+    let resource = c.get(&k.url("/metrics/resource")).await.unwrap();
+    assert_eq!(&resource[..], &fixture(RESOURCE)[..]);
+    let summary = c
+        .get(&k.url("/stats/summary?only_cpu_and_memory=true"))
+        .await
+        .unwrap();
+    assert_eq!(&summary[..], &fixture(SUMMARY)[..]);
+    c.get(&k.url("/metrics/resource")).await.unwrap();
+    assert_eq!(k.requests(), 3);
+    assert_eq!(
+        k.connections(),
+        1,
+        "connections must be kept alive and reused"
+    );
+    assert_eq!(k.seen()[1].path, "/stats/summary?only_cpu_and_memory=true");
+}
+
+#[tokio::test]
+async fn a_hanging_kubelet_times_out_within_the_timeout() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| Options {
+        fault: Fault::Hang,
+        ..o
+    })
+    .await;
+    let c = client(client::Config {
+        timeout: Duration::from_millis(400),
+        ..client_config(&ca)
+    });
+    let url = k.url("/metrics/resource");
+    let start = Instant::now();
+    let err = c.get(&url).await.unwrap_err();
+    let elapsed = start.elapsed();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert_eq!(err.reason(), "timeout");
+    assert!(elapsed >= Duration::from_millis(400), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+    assert!(
+        err.to_string().starts_with(&format!("GET {url}: ")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("did not answer within 400ms"),
+        "{err}"
+    );
+    assert_eq!(k.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_slow_body_counts_against_the_timeout_too() {
+    let ca = ca();
+    // Headers are only sent after the delay, so this also covers "slow headers"; the
+    // oversized stream below covers a body cut off mid-way.
+    let k = kubelet(&ca, "n1", |o| Options {
+        fault: Fault::Slow(Duration::from_millis(800)),
+        ..o
+    })
+    .await;
+    let fast = client(client::Config {
+        timeout: Duration::from_millis(300),
+        ..client_config(&ca)
+    });
+    assert_eq!(
+        fast.get(&k.url("/metrics/resource"))
+            .await
+            .unwrap_err()
+            .reason(),
+        "timeout"
+    );
+    let patient = client(client_config(&ca));
+    let body = patient.get(&k.url("/metrics/resource")).await.unwrap();
+    assert_eq!(body.len(), fixture(RESOURCE).len());
+}
+
+#[tokio::test]
+async fn a_500_is_a_status_error_with_metrics_servers_message() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| Options {
+        fault: Fault::Status(500),
+        ..o
+    })
+    .await;
+    let url = k.url("/metrics/resource");
+    let err = client(client_config(&ca)).get(&url).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Status { status, .. } if status.as_u16() == 500),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("GET {url}: request failed, status: \"500 Internal Server Error\"")
+    );
+}
+
+#[tokio::test]
+async fn garbage_is_returned_as_bytes_for_the_parser_to_reject() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| Options {
+        fault: Fault::Garbage,
+        ..o
+    })
+    .await;
+    let body = client(client_config(&ca))
+        .get(&k.url("/metrics/resource"))
+        .await
+        .unwrap();
+    assert!(body.starts_with(b"<html>"));
+    assert!(body.len() > 4096);
+}
+
+#[tokio::test]
+#[ignore = "needs parser"]
+async fn garbage_fails_to_parse() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| Options {
+        fault: Fault::Garbage,
+        ..o
+    })
+    .await;
+    let body = client(client_config(&ca))
+        .get(&k.url("/metrics/resource"))
+        .await
+        .unwrap();
+    assert!(Source::Resource.parse(&body, 0).is_err());
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_while_streaming() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| Options {
+        fault: Fault::Oversized { bytes: 8 << 20 },
+        ..o
+    })
+    .await;
+    let c = client(client::Config {
+        max_body_bytes: 1 << 20,
+        ..client_config(&ca)
+    });
+    let url = k.url("/metrics/resource");
+    let err = c.get(&url).await.unwrap_err();
+    assert!(
+        matches!(err, Error::BodyTooLarge { limit_bytes, .. } if limit_bytes == 1 << 20),
+        "{err}"
+    );
+    assert_eq!(err.reason(), "body_too_large");
+    assert!(
+        err.to_string().contains("larger than 1048576 bytes"),
+        "{err}"
+    );
+    // Just under the limit is fine.
+    k.set_fault(Fault::Oversized {
+        bytes: (1 << 20) - 1,
+    });
+    assert_eq!(c.get(&url).await.unwrap().len(), (1 << 20) - 1);
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_says_what_to_do() {
+    let ca = ca();
+    let k = kubelet(&ca, "node-a", |o| Options {
+        cert: CertKind::OtherCa,
+        ..o
+    })
+    .await;
+    let c = client(client_config(&ca));
+    let target = resolver().resolve(&k.node_record()).unwrap();
+    let err = c
+        .fetch(&target, Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownAuthority { .. }), "{err}");
+    assert_eq!(err.reason(), "tls_unknown_authority");
+    let message = err.to_string();
+    let addr = k.addr();
+    assert!(
+        message.contains(&format!(
+            "kubelet serving certificate for node node-a at {addr} is not signed by a trusted CA: pass --kubelet-certificate-authority or use signed kubelet serving certificates (serverTLSBootstrap); --kubelet-insecure-tls disables verification"
+        )),
+        "{message}"
+    );
+    assert!(message.starts_with(&format!("GET https://{addr}/metrics/resource: ")));
+}
+
+#[tokio::test]
+async fn a_certificate_without_the_ip_san_says_so() {
+    let ca = ca();
+    let k = kubelet(&ca, "node-b", |o| Options {
+        cert: CertKind::NoIpSan,
+        ..o
+    })
+    .await;
+    let target = resolver().resolve(&k.node_record()).unwrap();
+    let err = client(client_config(&ca))
+        .fetch(&target, Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NameMismatch { .. }), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("for node node-b at 127.0.0.1:")
+            && message.contains("has no IP SAN for 127.0.0.1"),
+        "{message}"
+    );
+    assert!(
+        message.contains("--kubelet-preferred-address-types=Hostname"),
+        "{message}"
+    );
+    assert!(message.contains("IP SANs"), "{message}");
+}
+
+#[tokio::test]
+async fn insecure_tls_accepts_untrusted_and_mismatched_certificates() {
+    let ca = ca();
+    let untrusted = kubelet(&ca, "n1", |o| Options {
+        cert: CertKind::OtherCa,
+        ..o
+    })
+    .await;
+    let no_san = kubelet(&ca, "n2", |o| Options {
+        cert: CertKind::NoIpSan,
+        ..o
+    })
+    .await;
+    let c = client(client::Config {
+        verify: Verify::Insecure,
+        ..client_config(&ca)
+    });
+    for k in [&untrusted, &no_san] {
+        let body = c.get(&k.url("/metrics/resource")).await.unwrap();
+        assert_eq!(&body[..], &fixture(RESOURCE)[..]);
+    }
+}
+
+#[tokio::test]
+async fn a_certificate_swapped_at_runtime_is_refused_on_the_next_connection() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| o).await;
+    let url = k.url("/metrics/resource");
+    client(client_config(&ca)).get(&url).await.unwrap();
+    k.set_fault(Fault::WrongCert);
+    let err = client(client_config(&ca)).get(&url).await.unwrap_err();
+    assert_eq!(err.reason(), "tls_unknown_authority", "{err}");
+}
+
+#[tokio::test]
+async fn a_down_kubelet_refuses_connections_and_comes_back() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| o).await;
+    let c = client(client_config(&ca));
+    let url = k.url("/metrics/resource");
+    c.get(&url).await.unwrap();
+    k.set_fault(Fault::Down);
+    // The kept-alive connection is closed too; give the sim a moment to drop it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    let err = c.get(&url).await.unwrap_err();
+    assert!(matches!(err, Error::ConnectionRefused { .. }), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(err.to_string().contains("connection refused"), "{err}");
+    k.set_fault(Fault::Healthy);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(c.get(&url).await.unwrap().len(), fixture(RESOURCE).len());
+}
+
+#[tokio::test]
+async fn the_bearer_token_is_sent_over_https() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| Options {
+        bearer_token: Some("s3cr3t".into()),
+        ..o
+    })
+    .await;
+    let url = k.url("/metrics/resource");
+    let with = client(client::Config {
+        bearer_token: Some("s3cr3t".into()),
+        ..client_config(&ca)
+    });
+    with.get(&url).await.unwrap();
+    assert_eq!(k.seen()[0].authorization(), Some("Bearer s3cr3t"));
+    let without = client(client_config(&ca));
+    let err = without.get(&url).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("request failed, status: \"401 Unauthorized\""),
+        "{err}"
+    );
+    assert_eq!(k.seen()[1].authorization(), None);
+    assert!(
+        !format!("{with:?}").contains("s3cr3t"),
+        "Debug leaks the token"
+    );
+}
+
+#[tokio::test]
+async fn the_bearer_token_is_never_sent_over_plain_http() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| Options {
+        plain_http: true,
+        ..o
+    })
+    .await;
+    let url = k.url("/metrics/resource");
+    assert!(url.starts_with("http://"));
+    // --deprecated-kubelet-completely-insecure: plain HTTP, anonymous.
+    let insecure = client(client::Config {
+        bearer_token: Some("s3cr3t".into()),
+        plain_http: true,
+        ..client_config(&ca)
+    });
+    let body = insecure.get(&url).await.unwrap();
+    assert_eq!(body.len(), fixture(RESOURCE).len());
+    assert_eq!(k.seen()[0].authorization(), None);
+    // A normal client refuses plain HTTP outright: nothing reaches the kubelet.
+    let normal = client(client::Config {
+        bearer_token: Some("s3cr3t".into()),
+        ..client_config(&ca)
+    });
+    let err = normal.get(&url).await.unwrap_err();
+    assert!(matches!(err, Error::PlainHttpRefused { .. }), "{err}");
+    assert_eq!(k.requests(), 1);
+}
+
+fn resolver() -> Resolver {
+    Resolver::new(&[], 10250, true, Source::Resource, false)
+}
+
+// ---------------------------------------------------------------------------------------
+// The scrape loop
+// ---------------------------------------------------------------------------------------
+
+struct Nodes(Mutex<Vec<Arc<NodeRecord>>>);
+
+impl NodeSource for Nodes {
+    fn nodes(&self) -> Vec<Arc<NodeRecord>> {
+        let mut nodes = self.0.lock().clone();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        nodes
+    }
+}
+
+struct Loop {
+    nodes: Arc<Nodes>,
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+    registry: Registry,
+    progress: Arc<Progress>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    t0: Instant,
+}
+
+impl Loop {
+    fn exposition(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
+        out
+    }
+
+    async fn stop(self) -> Duration {
+        let start = Instant::now();
+        self.shutdown.cancel();
+        self.task.await.unwrap();
+        start.elapsed()
+    }
+
+    async fn until(&self, offset_ms: u64) {
+        tokio::time::sleep_until(self.t0 + Duration::from_millis(offset_ms)).await;
+    }
+}
+
+fn start_loop(
+    ca: &Ca,
+    kubelets: &[&SimKubelet],
+    resolution_ms: u64,
+    timeout_ms: u64,
+    max_in_flight: usize,
+) -> Loop {
+    let resolution = Duration::from_millis(resolution_ms);
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry, resolution));
+    let nodes = Arc::new(Nodes(Mutex::new(
+        kubelets.iter().map(|k| Arc::new(k.node_record())).collect(),
+    )));
+    let store = Arc::new(Store::new(scraper::store::Config::new(resolution)));
+    let progress = Arc::new(Progress::default());
+    let shutdown = CancellationToken::new();
+    let config = scrape::Config {
+        resolution,
+        request_timeout: Duration::from_millis(timeout_ms),
+        max_in_flight,
+        source: Source::Resource,
+        address_types: vec!["InternalIP".into()],
+        kubelet_port: 1,
+        use_node_status_port: true,
+        node_selector: LabelSelector::default(),
+    };
+    let t0 = Instant::now();
+    let task = tokio::spawn(scrape::run(
+        config,
+        nodes.clone(),
+        store.clone(),
+        client(client::Config {
+            timeout: Duration::from_millis(timeout_ms),
+            max_body_bytes: 4 << 20,
+            ..client_config(ca)
+        }),
+        metrics.clone(),
+        progress.clone(),
+        shutdown.clone(),
+    ));
+    Loop {
+        nodes,
+        store,
+        metrics,
+        registry,
+        progress,
+        shutdown,
+        task,
+        t0,
+    }
+}
+
+fn first_request_offset(k: &SimKubelet, t0: Instant) -> Duration {
+    k.seen()
+        .first()
+        .map(|s| s.at.saturating_duration_since(t0))
+        .unwrap_or_else(|| panic!("{} saw no request", k.node_name()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_node_does_not_delay_the_others() {
+    let ca = ca();
+    // Sorted by name: a (hangs) at 0, b at 500 ms, c at 1000 ms, d at 1500 ms.
+    let a = kubelet(&ca, "a", |o| Options {
+        fault: Fault::Hang,
+        ..o
+    })
+    .await;
+    let b = kubelet(&ca, "b", |o| o).await;
+    let c = kubelet(&ca, "c", |o| o).await;
+    let d = kubelet(&ca, "d", |o| o).await;
+    let l = start_loop(&ca, &[&a, &b, &c, &d], 2000, 1200, 4);
+
+    // b's and c's results are in while a's request is still hanging.
+    l.until(1150).await;
+    assert_eq!(l.metrics.requests(true), 2, "b and c done by 1150 ms");
+    assert_eq!(l.metrics.requests(false), 0, "a still in flight");
+    // a times out at 1200 ms (its deadline), d is done shortly after 1500 ms.
+    l.until(1750).await;
+    assert_eq!(l.metrics.requests(true), 3);
+    assert_eq!(l.metrics.requests(false), 1);
+    assert_eq!(l.metrics.failures("timeout"), 1);
+    for (k, expected_ms) in [(&a, 0u64), (&b, 500), (&c, 1000), (&d, 1500)] {
+        let offset = first_request_offset(k, l.t0);
+        let expected = Duration::from_millis(expected_ms);
+        assert!(
+            offset >= expected && offset < expected + Duration::from_millis(300),
+            "{} started at {offset:?}, scheduled at {expected:?}",
+            k.node_name()
+        );
+    }
+    let text = l.exposition();
+    assert!(text.contains("metrics_server_kubelet_request_total{success=\"true\"} 3"));
+    assert!(text.contains("metrics_server_kubelet_last_request_time_seconds{node=\"d\"}"));
+    // The period ended when a's timeout (the last result) came in.
+    assert_eq!(l.metrics.ticks(), 1);
+    assert!(l.progress.last_tick_start_ns().is_some());
+    // The hanging request is cancelled by shutdown, promptly.
+    l.until(2100).await;
+    assert!(l.stop().await < Duration::from_millis(500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queueing_for_a_slot_counts_against_the_request_timeout() {
+    let ca = ca();
+    // One slot. a hangs from 0 to its 1000 ms deadline; b is scheduled at 500 ms, waits for
+    // the slot until 1000 ms and then needs 700 ms: 1700 ms > its 1500 ms deadline.
+    let a = kubelet(&ca, "a", |o| Options {
+        fault: Fault::Hang,
+        ..o
+    })
+    .await;
+    let b = kubelet(&ca, "b", |o| Options {
+        fault: Fault::Slow(Duration::from_millis(700)),
+        ..o
+    })
+    .await;
+    let l = start_loop(&ca, &[&a, &b], 1000, 1000, 1);
+    l.until(800).await;
+    assert_eq!(b.requests(), 0, "b must wait for the only slot");
+    l.until(1650).await;
+    let offset = first_request_offset(&b, l.t0);
+    assert!(offset >= Duration::from_millis(950), "b sent at {offset:?}");
+    assert_eq!(l.metrics.failures("timeout"), 2, "a and b timed out");
+    assert_eq!(l.metrics.requests(true), 0);
+    l.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_fails_only_its_own_node_with_its_own_reason() {
+    let ca = ca();
+    let healthy = kubelet(&ca, "a-healthy", |o| o).await;
+    let status = kubelet(&ca, "b-status", |o| Options {
+        fault: Fault::Status(500),
+        ..o
+    })
+    .await;
+    let down = kubelet(&ca, "c-down", |o| Options {
+        fault: Fault::Down,
+        ..o
+    })
+    .await;
+    let untrusted = kubelet(&ca, "d-untrusted", |o| Options {
+        cert: CertKind::OtherCa,
+        ..o
+    })
+    .await;
+    let no_san = kubelet(&ca, "e-no-san", |o| Options {
+        cert: CertKind::NoIpSan,
+        ..o
+    })
+    .await;
+    let oversized = kubelet(&ca, "f-oversized", |o| Options {
+        fault: Fault::Oversized { bytes: 8 << 20 },
+        ..o
+    })
+    .await;
+    let l = start_loop(
+        &ca,
+        &[&healthy, &status, &down, &untrusted, &no_san, &oversized],
+        1200,
+        1000,
+        8,
+    );
+    l.until(1150).await;
+    assert_eq!(l.metrics.requests(true), 1);
+    assert_eq!(l.metrics.requests(false), 5);
+    for reason in [
+        "status",
+        "connection_refused",
+        "tls_unknown_authority",
+        "tls_name_mismatch",
+        "body_too_large",
+    ] {
+        assert_eq!(l.metrics.failures(reason), 1, "{reason}");
+    }
+    // Recovery: the kubelet comes back and the next period scrapes it.
+    down.set_fault(Fault::Healthy);
+    l.until(2350).await;
+    assert_eq!(
+        l.metrics.requests(true),
+        3,
+        "a-healthy twice, c-down once back"
+    );
+    l.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_leaves_is_forgotten() {
+    let ca = ca();
+    let a = kubelet(&ca, "a", |o| o).await;
+    let b = kubelet(&ca, "b", |o| o).await;
+    let l = start_loop(&ca, &[&a, &b], 600, 500, 4);
+    l.until(450).await;
+    assert!(l.exposition().contains("node=\"b\""));
+    l.nodes.0.lock().retain(|n| n.name.as_str() != "b");
+    l.until(1350).await;
+    let text = l.exposition();
+    assert!(!text.contains("node=\"b\""), "{text}");
+    assert!(text.contains("node=\"a\""));
+    assert_eq!(b.requests(), 1, "b is no longer scraped");
+    assert!(a.requests() >= 3);
+    l.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// What reaches the store (needs the real parser and store)
+// ---------------------------------------------------------------------------------------
+
+fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+fn wall_clock_ms() -> Arc<dyn Fn() -> i64 + Send + Sync> {
+    Arc::new(|| unix_now_ns() / 1_000_000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs parser, payload renderer and store"]
+async fn healthy_nodes_reach_the_store_while_faulty_ones_do_not() {
+    use conformance::kubelet::{Content, SimNode};
+    let ca = ca();
+    let boot_ms = unix_now_ns() / 1_000_000 - 3_600_000;
+    let healthy = kubelet(&ca, "a", |o| Options {
+        content: Content::Live {
+            node: SimNode::generate("a", 3, 2, boot_ms),
+            clock: wall_clock_ms(),
+        },
+        ..o
+    })
+    .await;
+    let hanging = kubelet(&ca, "b", |o| Options {
+        fault: Fault::Hang,
+        ..o
+    })
+    .await;
+    let garbage = kubelet(&ca, "c", |o| Options {
+        fault: Fault::Garbage,
+        ..o
+    })
+    .await;
+    // Offsets a 0, b 300, c 600 ms; b's request hangs until its 1000 ms deadline.
+    let l = start_loop(&ca, &[&healthy, &hanging, &garbage], 900, 700, 4);
+    l.until(2000).await;
+    assert_eq!(l.metrics.failures("parse"), 2, "c at 600 and 1500 ms");
+    assert_eq!(l.metrics.failures("timeout"), 2, "b at 1000 and 1900 ms");
+    let now = unix_now_ns();
+    let usage = l
+        .store
+        .node("a", now)
+        .expect("a has usage after two scrapes");
+    assert!(usage.cpu_nanocores > 0 && usage.memory_bytes > 0);
+    assert!(l.store.node("b", now).is_none());
+    assert!(l.store.node("c", now).is_none());
+    // Set when period 2 completed (b's timeout at 1900 ms), after a's second scrape.
+    let text = l.exposition();
+    assert!(
+        text.contains("metrics_server_storage_points{type=\"node\"} 1"),
+        "{text}"
+    );
+    l.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs parser, payload renderer and store"]
+async fn a_node_with_a_live_workload_gets_usage_and_loses_it_when_removed() {
+    use conformance::kubelet::{Content, SimNode};
+    let ca = ca();
+    let boot_ms = unix_now_ns() / 1_000_000 - 3_600_000;
+    let k = kubelet(&ca, "live", |o| o).await;
+    k.set_content(Content::Live {
+        node: SimNode::generate("live", 3, 2, boot_ms),
+        clock: wall_clock_ms(),
+    });
+    let l = start_loop(&ca, &[&k], 600, 500, 4);
+    l.until(1300).await;
+    let usage = l
+        .store
+        .node("live", unix_now_ns())
+        .expect("node usage after two scrapes");
+    assert!(usage.cpu_nanocores > 0);
+    assert!(usage.memory_bytes > 0);
+    assert!(l.store.points().containers >= 6);
+    l.nodes.0.lock().clear();
+    l.until(1900).await;
+    assert!(l.store.node("live", unix_now_ns()).is_none());
+    l.stop().await;
+}
