@@ -731,3 +731,182 @@ async fn kubectl_discovers_the_aggregated_group() {
     }
     shutdown.cancel();
 }
+
+/// A backend that authenticates and authorizes like the real server: `apiserver::auth` with a
+/// kube client against the control plane (ConfigMap lookup, TokenReview, SubjectAccessReview).
+async fn real_auth_backend(cp: &ControlPlane, shutdown: &CancellationToken) -> String {
+    tls::provider::install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    cp.add_token(
+        "metrics-server-sa",
+        User::new(
+            "system:serviceaccount:kube-system:metrics-server",
+            &["system:serviceaccounts"],
+        ),
+    );
+    cp.kubeconfig_with_token(&kubeconfig, "metrics-server-sa")
+        .unwrap();
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    let client = apiserver::auth::review_client(config).unwrap();
+    let authn = Arc::new(
+        apiserver::auth::Authenticator::new(
+            apiserver::auth::AuthnConfig::default(),
+            Some(client.clone()),
+        )
+        .await
+        .unwrap(),
+    );
+    let authz =
+        Arc::new(apiserver::auth::Authorizer::new(Default::default(), Some(client)).unwrap());
+
+    let identity = tls::issue::self_signed("localhost", &["127.0.0.1".to_owned()])
+        .unwrap()
+        .identity;
+    let key = tls::server::certified_key(&identity).unwrap();
+    let tls_config =
+        tls::server::config(Arc::new(rustls::sign::SingleCertAndKey::from(key)), true).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let handler: serve::Handler = Arc::new(
+        move |req: Request<hyper::body::Incoming>, peer: serve::Peer| {
+            let (authn, authz) = (authn.clone(), authz.clone());
+            Box::pin(async move {
+                let (mut parts, _) = req.into_parts();
+                let user = match authn
+                    .authenticate(&mut parts.headers, Some(&peer.certs[..]))
+                    .await
+                {
+                    Ok(u) => u,
+                    Err(e) => {
+                        return controlplane::status_response(
+                            StatusCode::UNAUTHORIZED,
+                            "Unauthorized",
+                            &e.to_string(),
+                        );
+                    }
+                };
+                let attrs =
+                    apiserver::auth::attributes(&parts.method, parts.uri.path(), parts.uri.query());
+                match authz.authorize(&user, &attrs).await {
+                    apiserver::auth::Decision::Allow => controlplane::json_response(
+                        StatusCode::OK,
+                        &json!({"kind":"APIResourceList","apiVersion":"v1","groupVersion":"metrics.k8s.io/v1beta1","resources":[],
+                            "user": user.name, "groups": user.groups}),
+                    ),
+                    apiserver::auth::Decision::Deny(_) => {
+                        controlplane::status_response(StatusCode::FORBIDDEN, "Forbidden", "denied")
+                    }
+                }
+            })
+        },
+    );
+    tokio::spawn(serve::serve(
+        listener,
+        Arc::new(tls_config),
+        handler,
+        shutdown.clone(),
+    ));
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_authenticator_trusts_the_aggregator_and_asks_for_reviews() {
+    let shutdown = CancellationToken::new();
+    let cp = control_plane(&shutdown).await;
+    let url = real_auth_backend(&cp, &shutdown).await;
+    cp.aggregator()
+        .register(ApiService::new("metrics.k8s.io", "v1beta1", &url))
+        .unwrap();
+    // The probe comes as system:kube-aggregator in system:masters: no review needed.
+    assert!(
+        cp.aggregator()
+            .wait_available("v1beta1.metrics.k8s.io", Duration::from_secs(10))
+            .await
+    );
+
+    cp.add_token("dave-token", User::new("dave", &["readers"]));
+    cp.reviews()
+        .set_policy(Arc::new(|a: &controlplane::Access| {
+            if a.user == "dave"
+                && a.verb == "list"
+                && a.resource == "pods"
+                && a.namespace == "default"
+            {
+                controlplane::Decision::allow("test policy")
+            } else {
+                controlplane::Decision::deny("")
+            }
+        }));
+    cp.reviews().clear();
+    let dave = [("authorization", "Bearer dave-token")];
+    // Through the aggregator: front-proxy identity, then a SubjectAccessReview for dave.
+    let (status, _, body) = call(
+        &cp,
+        None,
+        Method::GET,
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+        &dave,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["user"], "dave");
+    assert_eq!(seen["groups"], json!(["readers", "system:authenticated"]));
+    let (status, _, _) = call(
+        &cp,
+        None,
+        Method::GET,
+        "/apis/metrics.k8s.io/v1beta1/pods",
+        &dave,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let reviews = cp.reviews().access_reviews();
+    assert_eq!(reviews.len(), 2, "{reviews:?}");
+    assert_eq!(
+        (
+            reviews[0].user.as_str(),
+            reviews[0].verb.as_str(),
+            reviews[0].namespace.as_str()
+        ),
+        ("dave", "list", "default")
+    );
+    assert_eq!(
+        (reviews[1].namespace.as_str(), reviews[1].resource.as_str()),
+        ("", "pods")
+    );
+    assert!(
+        cp.reviews().token_reviews().is_empty(),
+        "front-proxy users need no TokenReview"
+    );
+
+    // Straight to the backend with a bearer token: a TokenReview from the server's own client.
+    let mut config = tls::client::config(&tls::client::Verify::Insecure, None).unwrap();
+    config.alpn_protocols.clear();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let req = Request::get(format!(
+        "{url}/apis/metrics.k8s.io/v1beta1/namespaces/default/pods"
+    ))
+    .header("authorization", "Bearer dave-token")
+    .body(Full::new(Bytes::new()))
+    .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        cp.reviews().token_reviews(),
+        [("dave-token".to_owned(), true)]
+    );
+    shutdown.cancel();
+}
