@@ -313,10 +313,7 @@ impl Health {
             );
         }
         if let Some(timeout) = self.config.readiness_timeout {
-            let deadline_ns = self
-                .config
-                .started_ns
-                .saturating_add(duration_ns(timeout));
+            let deadline_ns = self.config.started_ns.saturating_add(duration_ns(timeout));
             if now_ns >= deadline_ns {
                 if !self.startup_timeout_logged.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
@@ -499,7 +496,10 @@ mod tests {
         // Single checks show the reason.
         assert_eq!(
             get(&h, "/readyz/metric-storage-ready", None, START),
-            (500, "internal server error: no metrics to serve\n".to_owned())
+            (
+                500,
+                "internal server error: no metrics to serve\n".to_owned()
+            )
         );
         assert_eq!(get(&h, "/readyz/ping", None, START), (200, "ok".to_owned()));
         // livez does not look at the store.
@@ -532,7 +532,10 @@ mod tests {
         let (h, fake) = health(Some(30));
         *fake.synced.lock() = true;
         assert_eq!(get(&h, "/readyz", None, START + 29 * S).0, 500);
-        assert_eq!(get(&h, "/readyz", None, START + 30 * S), (200, "ok".to_owned()));
+        assert_eq!(
+            get(&h, "/readyz", None, START + 30 * S),
+            (200, "ok".to_owned())
+        );
         // Without a timeout, never.
         let (h, fake) = health(None);
         *fake.synced.lock() = true;
@@ -591,7 +594,9 @@ mod tests {
         let (status, body) = get(
             &h,
             "/readyz",
-            Some("verbose&exclude=metric-storage-ready&exclude=nope&exclude=poststarthook%2Fmax-in-flight-filter"),
+            Some(
+                "verbose&exclude=metric-storage-ready&exclude=nope&exclude=poststarthook%2Fmax-in-flight-filter",
+            ),
             START,
         );
         assert_eq!(status, 200, "{body}");
@@ -606,17 +611,29 @@ mod tests {
     #[test]
     fn other_paths_are_not_health() {
         let (h, _) = health(None);
-        for path in ["/readyzz", "/readyz/nope", "/livez/metric-storage-ready", "/metrics", "/"] {
+        for path in [
+            "/readyzz",
+            "/readyz/nope",
+            "/livez/metric-storage-ready",
+            "/metrics",
+            "/",
+        ] {
             assert!(h.handle(path, None, START).is_none(), "{path}");
         }
-        assert!(h.handle("/livez/metric-collection-timely", None, START).is_some());
+        assert!(
+            h.handle("/livez/metric-collection-timely", None, START)
+                .is_some()
+        );
     }
 
     #[test]
     fn plain_text_headers() {
         let (h, _) = health(None);
         let r = h.handle("/livez/ping", None, START).unwrap();
-        assert_eq!(r.headers()[header::CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "text/plain; charset=utf-8"
+        );
         assert_eq!(r.headers()[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
     }
 }
