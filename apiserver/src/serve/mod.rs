@@ -1,1 +1,2 @@
 //! serve: owned by the serving work.
+pub mod cert;
