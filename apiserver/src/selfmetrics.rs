@@ -134,13 +134,13 @@ impl Requests {
         registry.register(
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, group, version, resource \
-             and HTTP response code.",
+             and HTTP response code",
             total.clone(),
         );
         registry.register_with_unit(
             "apiserver_request_duration",
             "Response latency distribution in seconds for each verb, group, version and \
-             resource.",
+             resource",
             Unit::Seconds,
             duration.clone(),
         );
