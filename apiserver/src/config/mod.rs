@@ -115,7 +115,7 @@ pub struct Generic {
     pub max_mutating_requests_inflight: u32,
 
     /// An optional field indicating the duration a handler must keep a request open before
-    /// timing it out. Also bounds how long in-flight requests may run on shutdown.
+    /// timing it out. Accepted for compatibility; every handler here answers from memory.
     #[arg(long, value_name = "duration", default_value = "1m0s")]
     pub request_timeout: GoDuration,
 
@@ -286,7 +286,7 @@ pub struct SecureServing {
 
     /// Minimum TLS version supported. Possible values: VersionTLS10, VersionTLS11,
     /// VersionTLS12, VersionTLS13 (1.0 and 1.1 are never offered).
-    #[arg(long, value_enum, value_name = "string")]
+    #[arg(long, value_enum, value_name = "string", hide_possible_values = true)]
     pub tls_min_version: Option<TlsVersion>,
 
     /// File containing the default x509 private key matching --tls-cert-file.
