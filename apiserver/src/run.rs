@@ -22,7 +22,7 @@ use crate::api::Api;
 use crate::config::{self, Config, TlsVersion};
 use crate::health::{self, Health};
 use crate::selfmetrics::{self, Requests};
-use crate::serve::{self, Router, Server, cert};
+use crate::serve::{self, Filter, Router, Server, cert};
 
 /// Why the server could not start or stopped on its own.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +80,6 @@ pub enum Cluster {
 }
 
 /// What [`run_with`] takes besides the flags.
-#[derive(Debug)]
 pub struct Setup {
     /// A bound listener (port 0 in tests); `None` binds `--bind-address`:`--secure-port`.
     pub listener: Option<TcpListener>,
@@ -91,6 +90,21 @@ pub struct Setup {
     /// How long in-flight requests may run once shutdown has begun (after
     /// `--shutdown-delay-duration`).
     pub drain_timeout: Duration,
+    /// Filters every request passes before routing, in order: where authentication,
+    /// authorization and load shedding plug in.
+    pub filters: Vec<Arc<dyn Filter>>,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("listener", &self.listener)
+            .field("cluster", &self.cluster)
+            .field("cert_reload_interval", &self.cert_reload_interval)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("filters", &self.filters.len())
+            .finish()
+    }
 }
 
 impl Default for Setup {
@@ -100,6 +114,7 @@ impl Default for Setup {
             cluster: Cluster::FromFlags,
             cert_reload_interval: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(30),
+            filters: Vec::new(),
         }
     }
 }
@@ -162,7 +177,10 @@ pub async fn run_with(
             inventory_is_static,
         }),
     ));
-    let router = Arc::new(Router::new(health.clone(), api, registry, requests));
+    let router = Arc::new(setup.filters.into_iter().fold(
+        Router::new(health.clone(), api, registry, requests),
+        Router::with_filter,
+    ));
 
     // The serving certificate.
     let serving = &config.serving;

@@ -24,6 +24,7 @@ pub use duration::{ByteSize, GoDuration, ParseError};
     long_about = "Launch metrics-server: scrapes kubelets and serves the metrics.k8s.io API \
                   (v1 and v1beta1) behind kubectl top, the HPA and the VPA.",
     disable_version_flag = true,
+    args_override_self = true,
     max_term_width = 100
 )]
 pub struct Config {

@@ -120,6 +120,18 @@ fn go_style_bools_and_short_flags() {
 }
 
 #[test]
+fn a_repeated_flag_takes_the_last_value_as_pflag_does() {
+    let c = parse(&[
+        "--metric-resolution=15s",
+        "--metric-resolution=30s",
+        "--v=1",
+        "--v=3",
+    ]);
+    assert_eq!(c.resolution(), Duration::from_secs(30));
+    assert_eq!(c.logging.verbosity, 3);
+}
+
+#[test]
 fn ours_parse() {
     let c = parse(&[
         "--kubelet-source=summary",

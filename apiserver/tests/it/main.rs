@@ -1,0 +1,8 @@
+//! Integration tests: the real server in-process on 127.0.0.1:0 over TLS, and the binary.
+
+mod binary;
+mod certs;
+mod health;
+mod http;
+mod metrics;
+mod support;
