@@ -382,6 +382,7 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use http_body_util::BodyExt;

@@ -274,10 +274,7 @@ pub async fn run_with(
 
     let early = tokio::select! {
         () = shutdown.cancelled() => None,
-        Some(ended) = tasks.join_next() => Some(match ended {
-            Ok(name) => name,
-            Err(_) => "a task (panicked)",
-        }),
+        Some(ended) = tasks.join_next() => Some(ended.unwrap_or("a task (panicked)")),
     };
     health.begin_shutdown();
     if early.is_none() {
@@ -446,6 +443,7 @@ fn kubeconfig_token(kube: &kube::Config) -> Result<Option<String>, Error> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::Parser;

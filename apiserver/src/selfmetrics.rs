@@ -443,6 +443,7 @@ fn strip_exemplar(line: &str) -> &str {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use prometheus_client::metrics::gauge::Gauge;

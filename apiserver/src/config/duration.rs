@@ -211,7 +211,7 @@ impl fmt::Display for ByteSize {
     /// The largest binary suffix that divides the value exactly, else plain bytes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for &(name, m) in SUFFIXES[..5].iter().rev() {
-            if self.0 != 0 && self.0 % m == 0 {
+            if self.0 != 0 && self.0.is_multiple_of(m) {
                 return write!(f, "{}{name}", self.0 / m);
             }
         }
@@ -220,6 +220,7 @@ impl fmt::Display for ByteSize {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

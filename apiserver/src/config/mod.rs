@@ -5,6 +5,7 @@
 
 mod duration;
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests;
 
 use std::net::IpAddr;

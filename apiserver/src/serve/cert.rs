@@ -280,6 +280,7 @@ fn digest(cert: &[u8], key: &[u8]) -> [u8; 32] {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

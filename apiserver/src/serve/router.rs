@@ -192,6 +192,7 @@ impl http_body::Body for Guarded {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::health;
