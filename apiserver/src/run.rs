@@ -225,6 +225,13 @@ pub async fn run_with(
         "serving securely"
     );
 
+    let kube_client = match kube_config {
+        Some(c) if !inventory_is_static => {
+            Some(kube::Client::try_from(c).map_err(|e| Error::Kube(Box::new(e)))?)
+        }
+        _ => None,
+    };
+
     // Every task, owned; `stop` ends them after the shutdown delay.
     let stop = CancellationToken::new();
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
@@ -243,10 +250,7 @@ pub async fn run_with(
             "the serving certificate reloader"
         });
     }
-    if let Some(kube_config) = kube_config
-        && !inventory_is_static
-    {
-        let client = kube::Client::try_from(kube_config).map_err(|e| Error::Kube(Box::new(e)))?;
+    if let Some(client) = kube_client {
         let inventory = inventory.clone();
         let stop = stop.clone();
         tasks.spawn(async move {

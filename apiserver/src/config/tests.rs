@@ -1,3 +1,5 @@
+use std::path::PathBuf;
+
 use super::*;
 
 fn parse(args: &[&str]) -> Config {
