@@ -10,14 +10,18 @@
 //! - [`health`]: `/livez`, `/readyz`, `/healthz` with metrics-server's check names.
 //! - [`selfmetrics`]: `/metrics` in Prometheus text.
 //! - [`status`]: the Kubernetes `Status` body of every error response.
+//! - [`run`](mod@run): wiring every part together; [`run()`] is what the binary calls.
 
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod health;
+pub mod run;
 pub mod selfmetrics;
 pub mod serve;
 pub mod status;
+
+pub use run::run;
 
 use std::convert::Infallible;
 

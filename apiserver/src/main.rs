@@ -1,1 +1,127 @@
-fn main() {}
+//! The `metrics-server` binary: parse flags, install the crypto provider, set up logging,
+//! call [`apiserver::run`] and turn its result into an exit code (64 for bad configuration).
+
+use std::process::ExitCode;
+
+use apiserver::config::{Config, Logging, LoggingFormat};
+use clap::Parser;
+use clap::error::ErrorKind;
+use tokio_util::sync::CancellationToken;
+
+/// `EX_USAGE`: the command was used incorrectly.
+const EXIT_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let config = match Config::try_parse() {
+        Ok(config) => config,
+        Err(error) => {
+            return match error.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = error.print();
+                    ExitCode::SUCCESS
+                }
+                _ => {
+                    let rendered = error.render().to_string();
+                    eprintln!("{}", rendered.lines().next().unwrap_or("invalid arguments"));
+                    ExitCode::from(EXIT_USAGE)
+                }
+            };
+        }
+    };
+    if config.server.version {
+        println!("v{}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    if let Err(error) = config.validate() {
+        eprintln!("Error: {error}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    tls::provider::install_default();
+    init_tracing(&config.logging);
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("Error: starting the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(signals(shutdown.clone()));
+        apiserver::run(config, shutdown).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "metrics-server stopped");
+            eprintln!("Error: {error}");
+            ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
+        }
+    }
+}
+
+/// SIGINT or SIGTERM begins a graceful shutdown; a second one exits at once.
+async fn signals(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot listen for signals; stop with SIGKILL");
+            return;
+        };
+        for round in 0..2 {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            if round == 0 {
+                tracing::info!("received a termination signal, shutting down gracefully");
+                shutdown.cancel();
+            } else {
+                tracing::warn!("received a second termination signal, exiting now");
+                std::process::exit(1);
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            shutdown.cancel();
+        }
+    }
+}
+
+/// Text or JSON lines on stderr; `-v` maps klog verbosity onto levels (0-1 info, 2-5 debug,
+/// 6+ trace for our crates); `RUST_LOG` overrides.
+fn init_tracing(logging: &Logging) {
+    use tracing_subscriber::EnvFilter;
+    let ours = match logging.verbosity {
+        0..=1 => "info",
+        2..=5 => "debug",
+        _ => "trace",
+    };
+    let others = if logging.verbosity >= 8 {
+        "debug"
+    } else {
+        "info"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!(
+            "{others},apiserver={ours},metrics_server={ours},scraper={ours},tls={ours}"
+        ))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match logging.logging_format {
+        LoggingFormat::Text => builder.with_ansi(false).try_init(),
+        LoggingFormat::Json => builder.json().try_init(),
+    };
+}

@@ -1,1 +1,582 @@
-//! selfmetrics: owned by the serving work.
+//! `/metrics`: one `prometheus_client` registry shared by every part of the server (passed in
+//! from `run`), served as Prometheus text 0.0.4 (what metrics-server's e2e parses with
+//! `expfmt`) or, when asked for, OpenMetrics 1.0.0. Also the process metrics and the
+//! request counters this module owns.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use http::{HeaderValue, Response, header};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::Body;
+
+/// `Content-Type` of the Prometheus text format, as Go's `expfmt.FmtText`.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// `Content-Type` of OpenMetrics text.
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Labels of `apiserver_request_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Kubernetes verb (`get`, `list`) for API resources, else the lower-case HTTP method.
+    pub verb: &'static str,
+    /// `metrics.k8s.io` for the API's resources, else empty.
+    pub group: &'static str,
+    /// `v1` or `v1beta1` for the API's resources, else empty.
+    pub version: &'static str,
+    /// `nodes` or `pods` for the API's resources, else empty.
+    pub resource: &'static str,
+    /// HTTP status code.
+    pub code: u16,
+}
+
+/// Labels of `apiserver_request_duration_seconds` (no code, as the apiserver's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DurationLabels {
+    /// As [`RequestLabels::verb`].
+    pub verb: &'static str,
+    /// As [`RequestLabels::group`].
+    pub group: &'static str,
+    /// As [`RequestLabels::version`].
+    pub version: &'static str,
+    /// As [`RequestLabels::resource`].
+    pub resource: &'static str,
+}
+
+/// What a request was, in the apiserver's terms; bounded values only (no path echo).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestKind {
+    /// See [`RequestLabels::verb`].
+    pub verb: &'static str,
+    /// See [`RequestLabels::group`].
+    pub group: &'static str,
+    /// See [`RequestLabels::version`].
+    pub version: &'static str,
+    /// See [`RequestLabels::resource`].
+    pub resource: &'static str,
+}
+
+impl RequestKind {
+    /// Classifies a request by method and path.
+    pub fn of(method: &http::Method, path: &str) -> Self {
+        let method_verb = match *method {
+            http::Method::GET => "get",
+            http::Method::HEAD => "head",
+            http::Method::POST => "post",
+            http::Method::PUT => "put",
+            http::Method::PATCH => "patch",
+            http::Method::DELETE => "delete",
+            http::Method::OPTIONS => "options",
+            _ => "other",
+        };
+        let other = RequestKind {
+            verb: method_verb,
+            group: "",
+            version: "",
+            resource: "",
+        };
+        let Some(rest) = path.strip_prefix("/apis/metrics.k8s.io/") else {
+            return other;
+        };
+        let mut parts = rest.split('/');
+        let version = match parts.next() {
+            Some("v1") => "v1",
+            Some("v1beta1") => "v1beta1",
+            _ => return other,
+        };
+        let segments: Vec<&str> = parts.collect();
+        let (resource, named) = match segments.as_slice() {
+            ["nodes"] => ("nodes", false),
+            ["nodes", _] => ("nodes", true),
+            ["pods"] => ("pods", false),
+            ["namespaces", _, "pods"] => ("pods", false),
+            ["namespaces", _, "pods", _] => ("pods", true),
+            _ => return other,
+        };
+        let verb = match (method_verb, named) {
+            ("get", false) => "list",
+            (v, _) => v,
+        };
+        RequestKind {
+            verb,
+            group: "metrics.k8s.io",
+            version,
+            resource,
+        }
+    }
+}
+
+/// The request metrics: `apiserver_request_total` and `apiserver_request_duration_seconds`.
+#[derive(Clone, Debug)]
+pub struct Requests {
+    total: Family<RequestLabels, Counter>,
+    duration: Family<DurationLabels, Histogram>,
+}
+
+/// Request latency buckets, seconds.
+const DURATION_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+impl Requests {
+    /// Creates and registers the request metric families.
+    pub fn new(registry: &mut Registry) -> Self {
+        let total = Family::<RequestLabels, Counter>::default();
+        let duration: Family<DurationLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS));
+        registry.register(
+            "apiserver_request",
+            "Counter of apiserver requests broken out for each verb, group, version, resource \
+             and HTTP response code",
+            total.clone(),
+        );
+        registry.register_with_unit(
+            "apiserver_request_duration",
+            "Response latency distribution in seconds for each verb, group, version and \
+             resource",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        Requests { total, duration }
+    }
+
+    /// Records one finished request.
+    pub fn observe(&self, kind: RequestKind, code: u16, elapsed: Duration) {
+        self.total
+            .get_or_create(&RequestLabels {
+                verb: kind.verb,
+                group: kind.group,
+                version: kind.version,
+                resource: kind.resource,
+                code,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&DurationLabels {
+                verb: kind.verb,
+                group: kind.group,
+                version: kind.version,
+                resource: kind.resource,
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Registers the `process_*` metrics (read from `/proc/self` on each scrape).
+pub fn register_process_metrics(registry: &mut Registry) {
+    registry.register_collector(Box::new(ProcessCollector));
+}
+
+/// `process_*` metrics as Go's client_golang process collector names them.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(p) = process::read() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(p.cpu_seconds_total);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu",
+            "Total user and system CPU time spent in seconds.",
+            Some(&Unit::Seconds),
+            cpu.metric_type(),
+        )?)?;
+        let gauges: [(&str, &str, Option<Unit>, f64); 5] = [
+            (
+                "process_resident_memory",
+                "Resident memory size in bytes.",
+                Some(Unit::Bytes),
+                p.resident_memory_bytes,
+            ),
+            (
+                "process_virtual_memory",
+                "Virtual memory size in bytes.",
+                Some(Unit::Bytes),
+                p.virtual_memory_bytes,
+            ),
+            (
+                "process_start_time",
+                "Start time of the process since unix epoch in seconds.",
+                Some(Unit::Seconds),
+                p.start_time_seconds,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                None,
+                p.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                None,
+                p.max_fds,
+            ),
+        ];
+        for (name, help, unit, value) in gauges {
+            if value.is_nan() {
+                continue;
+            }
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(
+                name,
+                help,
+                unit.as_ref(),
+                gauge.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reading `/proc/self`.
+mod process {
+    /// One reading; NaN where a value could not be read.
+    pub(super) struct Reading {
+        pub(super) cpu_seconds_total: f64,
+        pub(super) resident_memory_bytes: f64,
+        pub(super) virtual_memory_bytes: f64,
+        pub(super) start_time_seconds: f64,
+        pub(super) open_fds: f64,
+        pub(super) max_fds: f64,
+    }
+
+    pub(super) fn read() -> Option<Reading> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the `(comm)`, which may itself contain spaces and parentheses.
+        let after_comm = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = after_comm.split_whitespace().collect();
+        // Field numbers from proc(5), minus the 2 before `state` (pid, comm), minus 1.
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok());
+        let ticks = clock_ticks_per_second();
+        let cpu = match (field(14), field(15)) {
+            (Some(utime), Some(stime)) => (utime + stime) / ticks,
+            _ => f64::NAN,
+        };
+        let start = match (field(22), boot_time_seconds()) {
+            (Some(start_ticks), Some(boot)) => boot + start_ticks / ticks,
+            _ => f64::NAN,
+        };
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .map_or(f64::NAN, |v| v * 1024.0)
+        };
+        let open_fds = std::fs::read_dir("/proc/self/fd").map_or(f64::NAN, |d| d.count() as f64);
+        let max_fds = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|limits| {
+                let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+                line["Max open files".len()..]
+                    .split_whitespace()
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(f64::NAN);
+        Some(Reading {
+            cpu_seconds_total: cpu,
+            resident_memory_bytes: kib("VmRSS:"),
+            virtual_memory_bytes: kib("VmSize:"),
+            start_time_seconds: start,
+            open_fds,
+            max_fds,
+        })
+    }
+
+    /// `sysconf(_SC_CLK_TCK)` from the auxiliary vector (`AT_CLKTCK`), else Linux's 100.
+    fn clock_ticks_per_second() -> f64 {
+        const AT_CLKTCK: u64 = 17;
+        let auxv = std::fs::read("/proc/self/auxv").unwrap_or_default();
+        auxv.chunks_exact(16)
+            .find_map(|pair| {
+                let key = u64::from_ne_bytes(pair[..8].try_into().ok()?);
+                let value = u64::from_ne_bytes(pair[8..].try_into().ok()?);
+                (key == AT_CLKTCK && value > 0).then_some(value as f64)
+            })
+            .unwrap_or(100.0)
+    }
+
+    fn boot_time_seconds() -> Option<f64> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+/// Which text format a scraper asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text 0.0.4 (the default, what `expfmt` and metrics-server serve).
+    Prometheus,
+    /// OpenMetrics 1.0.0 text, with its `# EOF` terminator.
+    OpenMetrics,
+}
+
+impl Format {
+    /// OpenMetrics when the `Accept` header names it, else Prometheus text.
+    pub fn negotiate(accept: Option<&HeaderValue>) -> Self {
+        match accept.and_then(|a| a.to_str().ok()) {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+}
+
+/// Encodes the registry in `format`.
+pub fn encode(registry: &Registry, format: Format) -> Result<String, std::fmt::Error> {
+    let mut openmetrics = String::new();
+    prometheus_client::encoding::text::encode(&mut openmetrics, registry)?;
+    Ok(match format {
+        Format::OpenMetrics => openmetrics,
+        Format::Prometheus => to_prometheus_text(&openmetrics),
+    })
+}
+
+/// The `/metrics` response.
+pub fn response(registry: &Registry, accept: Option<&HeaderValue>) -> Response<Body> {
+    let format = Format::negotiate(accept);
+    match encode(registry, format) {
+        Ok(text) => {
+            let mut response = Response::new(crate::full(text));
+            let content_type = match format {
+                Format::Prometheus => PROMETHEUS_TEXT,
+                Format::OpenMetrics => OPENMETRICS_TEXT,
+            };
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            response
+        }
+        Err(_) => crate::status::Status::internal("encoding metrics failed").into_response(),
+    }
+}
+
+/// Rewrites `prometheus_client`'s OpenMetrics text as Prometheus text 0.0.4: counter families
+/// are named after their `_total` samples, `# UNIT` lines and the `# EOF` terminator go,
+/// `unknown` becomes `untyped`, `info` becomes a gauge, and exemplars are dropped.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut pending_help: Option<(&str, &str)> = None;
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            flush_help(&mut out, pending_help.take(), None);
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            pending_help = Some((name, help));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (name, kind) = match kind {
+                "counter" if !name.ends_with("_total") => (format!("{name}_total"), "counter"),
+                "counter" => (name.to_owned(), "counter"),
+                "gauge" | "histogram" | "summary" => (name.to_owned(), kind),
+                "info" => (format!("{name}_info"), "gauge"),
+                "stateset" => (name.to_owned(), "gauge"),
+                _ => (name.to_owned(), "untyped"),
+            };
+            let help = pending_help
+                .take()
+                .filter(|(n, _)| *n == rest.split(' ').next().unwrap_or(""));
+            flush_help(&mut out, help, Some(&name));
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+        } else if line.starts_with("# UNIT ") || line == "# EOF" || line.is_empty() {
+            continue;
+        } else if line.starts_with('#') {
+            flush_help(&mut out, pending_help.take(), None);
+        } else {
+            flush_help(&mut out, pending_help.take(), None);
+            out.push_str(strip_exemplar(line));
+            out.push('\n');
+        }
+    }
+    flush_help(&mut out, pending_help.take(), None);
+    out
+}
+
+fn flush_help(out: &mut String, help: Option<(&str, &str)>, rename: Option<&str>) {
+    if let Some((name, text)) = help {
+        let _ = writeln!(out, "# HELP {} {}", rename.unwrap_or(name), text);
+    }
+}
+
+/// A sample line without its ` # {...} value` exemplar, if any.
+fn strip_exemplar(line: &str) -> &str {
+    // Skip the label set, whose quoted values may contain " # ".
+    let mut end_of_labels = 0;
+    if let Some(open) = line.find('{') {
+        let name_part = &line[..open];
+        if !name_part.contains(' ') {
+            let mut in_quotes = false;
+            let mut escaped = false;
+            for (i, c) in line[open..].char_indices() {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' if in_quotes => escaped = true,
+                    '"' => in_quotes = !in_quotes,
+                    '}' if !in_quotes => {
+                        end_of_labels = open + i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    match line[end_of_labels..].find(" # ") {
+        Some(i) => &line[..end_of_labels + i],
+        None => line,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use prometheus_client::metrics::gauge::Gauge;
+
+    #[test]
+    fn counters_are_named_after_their_samples_and_eof_goes() {
+        let mut registry = Registry::default();
+        let requests = Requests::new(&mut registry);
+        requests.observe(
+            RequestKind::of(&http::Method::GET, "/apis/metrics.k8s.io/v1beta1/nodes"),
+            200,
+            Duration::from_millis(3),
+        );
+        let g: Gauge = Gauge::default();
+        g.set(7);
+        registry.register("metrics_server_storage_points", "[ALPHA] points", g);
+        let text = encode(&registry, Format::Prometheus).unwrap();
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(!text.contains("# UNIT"), "{text}");
+        assert!(
+            text.contains("# TYPE apiserver_request_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP apiserver_request_total Counter of"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "apiserver_request_total{verb=\"list\",group=\"metrics.k8s.io\",\
+                 version=\"v1beta1\",resource=\"nodes\",code=\"200\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE apiserver_request_duration_seconds histogram\n"));
+        assert!(text.contains("apiserver_request_duration_seconds_bucket{"));
+        assert!(text.contains(
+            "# TYPE metrics_server_storage_points gauge\nmetrics_server_storage_points 7\n"
+        ));
+        let om = encode(&registry, Format::OpenMetrics).unwrap();
+        assert!(om.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn conversion_handles_every_openmetrics_shape() {
+        let om = "# HELP a_thing A thing.\n# TYPE a_thing counter\n# UNIT a_thing things\n\
+                  a_thing_total{x=\"a # b\"} 3 # {trace=\"1\"} 1.0\n\
+                  # HELP b B.\n# TYPE b unknown\nb 1\n\
+                  # HELP c C.\n# TYPE c info\nc_info{v=\"1\"} 1\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(om),
+            "# HELP a_thing_total A thing.\n# TYPE a_thing_total counter\n\
+             a_thing_total{x=\"a # b\"} 3\n\
+             # HELP b B.\n# TYPE b untyped\nb 1\n\
+             # HELP c_info C.\n# TYPE c_info gauge\nc_info{v=\"1\"} 1\n"
+        );
+    }
+
+    #[test]
+    fn request_kinds_are_bounded() {
+        let get = http::Method::GET;
+        let k = RequestKind::of(
+            &get,
+            "/apis/metrics.k8s.io/v1/namespaces/kube-system/pods/p1",
+        );
+        assert_eq!((k.verb, k.version, k.resource), ("get", "v1", "pods"));
+        let k = RequestKind::of(&get, "/apis/metrics.k8s.io/v1beta1/namespaces/ns/pods");
+        assert_eq!((k.verb, k.resource), ("list", "pods"));
+        let k = RequestKind::of(&get, "/apis/metrics.k8s.io/v1beta1/pods");
+        assert_eq!((k.verb, k.resource), ("list", "pods"));
+        let k = RequestKind::of(&get, "/apis/metrics.k8s.io/v1beta1/nodes/n1");
+        assert_eq!((k.verb, k.resource), ("get", "nodes"));
+        // Anything else says nothing about the path.
+        for path in [
+            "/apis/metrics.k8s.io/v2/nodes",
+            "/apis/metrics.k8s.io/v1/secrets",
+            "/random/x",
+            "/livez",
+        ] {
+            let k = RequestKind::of(&get, path);
+            assert_eq!(
+                (k.verb, k.group, k.version, k.resource),
+                ("get", "", "", ""),
+                "{path}"
+            );
+        }
+        assert_eq!(RequestKind::of(&http::Method::POST, "/x").verb, "post");
+    }
+
+    #[test]
+    fn process_metrics_are_read_from_proc() {
+        let mut registry = Registry::default();
+        register_process_metrics(&mut registry);
+        let text = encode(&registry, Format::Prometheus).unwrap();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing in {text}"))
+                .parse()
+                .unwrap()
+        };
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter\n"),
+            "{text}"
+        );
+        assert!(value("process_resident_memory_bytes") > 1_000_000.0);
+        assert!(value("process_open_fds") >= 3.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+        assert!(value("process_cpu_seconds_total") >= 0.0);
+        // Started within the last day, after 2020.
+        let start = value("process_start_time_seconds");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            start > 1.6e9 && start <= now + 1.0 && now - start < 86_400.0,
+            "{start}"
+        );
+    }
+
+    #[test]
+    fn negotiates_openmetrics_only_when_asked() {
+        let om =
+            HeaderValue::from_static("application/openmetrics-text;version=1.0.0,text/plain;q=0.5");
+        assert_eq!(Format::negotiate(Some(&om)), Format::OpenMetrics);
+        assert_eq!(
+            Format::negotiate(Some(&HeaderValue::from_static("*/*"))),
+            Format::Prometheus
+        );
+        assert_eq!(Format::negotiate(None), Format::Prometheus);
+        let registry = Registry::default();
+        let r = response(&registry, None);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], PROMETHEUS_TEXT);
+    }
+}

@@ -23,9 +23,24 @@ pub fn config(
     certs: Arc<dyn ResolvesServerCert>,
     http2: bool,
 ) -> Result<ServerConfig, Error> {
+    config_with_min_version(certs, http2, false)
+}
+
+/// As [`config`]; with `tls13_only` (`--tls-min-version=VersionTLS13`) only TLS 1.3 is
+/// offered.
+pub fn config_with_min_version(
+    certs: Arc<dyn ResolvesServerCert>,
+    http2: bool,
+    tls13_only: bool,
+) -> Result<ServerConfig, Error> {
     let provider = provider::provider();
+    let versions: &[&'static rustls::SupportedProtocolVersion] = if tls13_only {
+        &[&rustls::version::TLS13]
+    } else {
+        rustls::DEFAULT_VERSIONS
+    };
     let mut config = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?
+        .with_protocol_versions(versions)?
         .with_client_cert_verifier(Arc::new(AcceptAnyClientCert { provider }))
         .with_cert_resolver(certs);
     config.alpn_protocols = if http2 {

@@ -1,1 +1,0 @@
-//! config: owned by the serving work.

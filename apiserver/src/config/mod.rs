@@ -1,0 +1,224 @@
+//! Flags with metrics-server's names, defaults, help groups and validation rules
+//! (metrics-server.md §1), plus a few of our own, marked as such in their help.
+//!
+//! [`Config::validate`] reports the first violated rule, as metrics-server's `start.go` does.
+
+mod duration;
+mod groups;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
+
+use std::time::Duration;
+
+use clap::Parser;
+use scraper::selector::{LabelSelector, SelectorError};
+
+pub use duration::{ByteSize, GoDuration, ParseError};
+pub use groups::{
+    Authentication, Authorization, Features, Generic, Kubelet, KubeletSource, Logging,
+    LoggingFormat, MetricsServer, SecureServing, TlsVersion,
+};
+
+/// Every flag of the `metrics-server` binary, grouped as metrics-server groups them in `--help`.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "metrics-server",
+    about = "Launch metrics-server",
+    long_about = "Launch metrics-server: scrapes kubelets and serves the metrics.k8s.io API \
+                  (v1 and v1beta1) behind kubectl top, the HPA and the VPA.",
+    disable_version_flag = true,
+    args_override_self = true,
+    max_term_width = 100
+)]
+pub struct Config {
+    /// Metrics server flags.
+    #[command(flatten)]
+    pub server: MetricsServer,
+    /// Generic flags.
+    #[command(flatten)]
+    pub generic: Generic,
+    /// Kubelet client flags.
+    #[command(flatten)]
+    pub kubelet: Kubelet,
+    /// Apiserver secure serving flags.
+    #[command(flatten)]
+    pub serving: SecureServing,
+    /// Apiserver authentication flags.
+    #[command(flatten)]
+    pub authentication: Authentication,
+    /// Apiserver authorization flags.
+    #[command(flatten)]
+    pub authorization: Authorization,
+    /// Features flags.
+    #[command(flatten)]
+    pub features: Features,
+    /// Logging flags.
+    #[command(flatten)]
+    pub logging: Logging,
+}
+
+/// A configuration that cannot run; the message is metrics-server's where it has one.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Two flags that exclude each other.
+    #[error("cannot use both --{0} and --{1}")]
+    Conflict(&'static str, &'static str),
+    /// Only one of `--kubelet-client-key` / `--kubelet-client-certificate`.
+    #[error("need both --kubelet-client-key and --kubelet-client-certificate")]
+    KubeletKeyPair,
+    /// `--kubelet-request-timeout` is zero.
+    #[error("kubelet-request-timeout should be positive")]
+    RequestTimeout,
+    /// `--metric-resolution` under 10s.
+    #[error("metric-resolution should be a time duration at least 10s, but value {0} provided")]
+    ResolutionTooShort(GoDuration),
+    /// `--metric-resolution` x 9/10 below `--kubelet-request-timeout`.
+    #[error("metric-resolution should be larger than kubelet-request-timeout")]
+    ResolutionBelowTimeout,
+    /// Only one of `--tls-cert-file` / `--tls-private-key-file`.
+    #[error("need both --tls-cert-file and --tls-private-key-file")]
+    ServingKeyPair,
+    /// `--node-selector` did not parse.
+    #[error("invalid --node-selector: {0}")]
+    NodeSelector(#[source] SelectorError),
+    /// A flag of ours out of range.
+    #[error("--{0} must be positive")]
+    NotPositive(&'static str),
+}
+
+/// The smallest `--metric-resolution` metrics-server accepts.
+pub const MIN_RESOLUTION: Duration = Duration::from_secs(10);
+
+impl Config {
+    /// Checks every rule and returns the first violation, in metrics-server's order: the
+    /// kubelet client rules, then the resolution rules, then ours.
+    pub fn validate(&self) -> Result<(), Error> {
+        let k = &self.kubelet;
+        let ca_file = k.kubelet_certificate_authority.is_some();
+        let ca_text = k.kubelet_certificate_authority_text.is_some();
+        let key = k.kubelet_client_key.is_some();
+        let cert = k.kubelet_client_certificate.is_some();
+        let insecure = k.kubelet_insecure_tls;
+        let plain = k.deprecated_kubelet_completely_insecure;
+        let rules: [(bool, fn() -> Error); 10] = [
+            (ca_file && ca_text, || {
+                Error::Conflict(
+                    "kubelet-certificate-authority",
+                    "kubelet-certificate-authority-text",
+                )
+            }),
+            (ca_text && insecure, || {
+                Error::Conflict("kubelet-certificate-authority-text", "kubelet-insecure-tls")
+            }),
+            (ca_file && insecure, || {
+                Error::Conflict("kubelet-certificate-authority", "kubelet-insecure-tls")
+            }),
+            (key != cert, || Error::KubeletKeyPair),
+            (key && plain, || {
+                Error::Conflict(
+                    "kubelet-client-key",
+                    "deprecated-kubelet-completely-insecure",
+                )
+            }),
+            (cert && plain, || {
+                Error::Conflict(
+                    "kubelet-client-certificate",
+                    "deprecated-kubelet-completely-insecure",
+                )
+            }),
+            (insecure && plain, || {
+                Error::Conflict(
+                    "kubelet-insecure-tls",
+                    "deprecated-kubelet-completely-insecure",
+                )
+            }),
+            (ca_text && plain, || {
+                Error::Conflict(
+                    "kubelet-certificate-authority-text",
+                    "deprecated-kubelet-completely-insecure",
+                )
+            }),
+            (ca_file && plain, || {
+                Error::Conflict(
+                    "kubelet-certificate-authority",
+                    "deprecated-kubelet-completely-insecure",
+                )
+            }),
+            (k.kubelet_request_timeout.0.is_zero(), || {
+                Error::RequestTimeout
+            }),
+        ];
+        if let Some((_, error)) = rules.iter().find(|(violated, _)| *violated) {
+            return Err(error());
+        }
+        let resolution = self.server.metric_resolution;
+        if resolution.0 < MIN_RESOLUTION {
+            return Err(Error::ResolutionTooShort(resolution));
+        }
+        if resolution.0 * 9 / 10 < k.kubelet_request_timeout.0 {
+            return Err(Error::ResolutionBelowTimeout);
+        }
+        let s = &self.serving;
+        if s.tls_cert_file.is_some() != s.tls_private_key_file.is_some() {
+            return Err(Error::ServingKeyPair);
+        }
+        self.node_selector()?;
+        if self.server.scrape_max_in_flight == 0 {
+            return Err(Error::NotPositive("scrape-max-in-flight"));
+        }
+        if k.kubelet_max_body_bytes.0 == 0 {
+            return Err(Error::NotPositive("kubelet-max-body-bytes"));
+        }
+        Ok(())
+    }
+
+    /// The parsed `--node-selector`.
+    pub fn node_selector(&self) -> Result<LabelSelector, Error> {
+        LabelSelector::parse(&self.kubelet.node_selector).map_err(Error::NodeSelector)
+    }
+
+    /// `--metric-resolution`.
+    pub fn resolution(&self) -> Duration {
+        self.server.metric_resolution.0
+    }
+
+    /// `--metric-staleness`, defaulting to 2 x resolution.
+    pub fn staleness(&self) -> Duration {
+        self.server
+            .metric_staleness
+            .map_or(self.resolution() * 2, |d| d.0)
+    }
+
+    /// `--readiness-timeout`, defaulting to 2 x resolution; `None` when set to `0s` (never).
+    pub fn readiness_timeout(&self) -> Option<Duration> {
+        let timeout = self
+            .server
+            .readiness_timeout
+            .map_or(self.resolution() * 2, |d| d.0);
+        Some(timeout).filter(|t| !t.is_zero())
+    }
+
+    /// The store's settings.
+    pub fn store(&self) -> scraper::store::Config {
+        scraper::store::Config {
+            resolution: self.resolution(),
+            staleness: self.staleness(),
+        }
+    }
+
+    /// The scrape loop's settings.
+    pub fn scrape(&self, node_selector: LabelSelector) -> scraper::scrape::Config {
+        let k = &self.kubelet;
+        scraper::scrape::Config {
+            resolution: self.resolution(),
+            request_timeout: k.kubelet_request_timeout.0,
+            max_in_flight: self.server.scrape_max_in_flight,
+            source: k.kubelet_source.into(),
+            address_types: k.kubelet_preferred_address_types.clone(),
+            kubelet_port: k.kubelet_port,
+            use_node_status_port: k.kubelet_use_node_status_port,
+            node_selector,
+        }
+    }
+}

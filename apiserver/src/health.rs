@@ -1,1 +1,0 @@
-//! health: owned by the serving work.

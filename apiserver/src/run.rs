@@ -1,0 +1,565 @@
+//! Wiring: the Kubernetes client, inventory watches, store, scrape loop, API, health and the
+//! HTTPS server, all owned by one `JoinSet` and stopped on shutdown.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use prometheus_client::registry::Registry;
+use scraper::inventory::Inventory;
+use scraper::kubelet;
+use scraper::metrics::Metrics;
+use scraper::scrape::Progress;
+use scraper::store::Store;
+use secrecy::ExposeSecret as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::Api;
+use crate::config::{self, Config, TlsVersion};
+use crate::health::{self, Health};
+use crate::selfmetrics::{self, Requests};
+use crate::serve::{self, Filter, Router, Server, cert};
+
+/// Why the server could not start or stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The flags break a rule (exit code 64).
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    /// The kubeconfig (or in-cluster configuration) could not be loaded (exit code 64).
+    #[error("unable to construct lister client config: {0}")]
+    KubeConfig(String),
+    /// A file named by a flag could not be used (exit code 64).
+    #[error("{flag}: {source}")]
+    Credentials {
+        /// The flag.
+        flag: &'static str,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The Kubernetes client could not be built.
+    #[error("building the Kubernetes client: {0}")]
+    Kube(#[source] Box<kube::Error>),
+    /// The kubelet client could not be built.
+    #[error("building the kubelet client: {0}")]
+    Kubelet(#[source] kubelet::client::Error),
+    /// Serving could not start.
+    #[error(transparent)]
+    Serve(#[from] serve::Error),
+    /// A task that should run until shutdown ended on its own.
+    #[error("{0} stopped unexpectedly")]
+    TaskEnded(&'static str),
+}
+
+impl Error {
+    /// The process exit code: 64 (`EX_USAGE`) for bad configuration, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) | Error::KubeConfig(_) | Error::Credentials { .. } => 64,
+            _ => 1,
+        }
+    }
+}
+
+/// Where nodes and pods come from.
+#[derive(Clone, Debug, Default)]
+pub enum Cluster {
+    /// The Kubernetes API from `--kubeconfig`, or the in-cluster configuration.
+    #[default]
+    FromFlags,
+    /// The Kubernetes API with this client configuration (the sandbox's control plane).
+    Kube(Box<kube::Config>),
+    /// An inventory its owner fills; no watches (benches, tests). It counts as synced, and
+    /// kubelet credentials come from the flags only.
+    Static(Arc<Inventory>),
+}
+
+/// What [`run_with`] takes besides the flags.
+pub struct Setup {
+    /// A bound listener (port 0 in tests); `None` binds `--bind-address`:`--secure-port`.
+    pub listener: Option<TcpListener>,
+    /// Where nodes and pods come from.
+    pub cluster: Cluster,
+    /// How often `--tls-cert-file` / `--tls-private-key-file` are checked for changes.
+    pub cert_reload_interval: Duration,
+    /// How long in-flight requests may run once shutdown has begun (after
+    /// `--shutdown-delay-duration`).
+    pub drain_timeout: Duration,
+    /// Filters every request passes before routing, in order: where authentication,
+    /// authorization and load shedding plug in.
+    pub filters: Vec<Arc<dyn Filter>>,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("listener", &self.listener)
+            .field("cluster", &self.cluster)
+            .field("cert_reload_interval", &self.cert_reload_interval)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("filters", &self.filters.len())
+            .finish()
+    }
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            listener: None,
+            cluster: Cluster::FromFlags,
+            cert_reload_interval: Duration::from_secs(2),
+            drain_timeout: Duration::from_secs(30),
+            filters: Vec::new(),
+        }
+    }
+}
+
+/// Runs metrics-server until `shutdown` is cancelled: validates the flags, connects to the
+/// cluster, scrapes kubelets and serves HTTPS on `--bind-address`:`--secure-port`.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    run_with(config, Setup::default(), shutdown).await
+}
+
+/// [`run`] with a pre-bound listener, another source of nodes and pods, or other timings.
+pub async fn run_with(
+    config: Config,
+    setup: Setup,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    config.validate()?;
+    let node_selector = config.node_selector()?;
+    let started_ns = serve::router::unix_now_ns();
+
+    // The cluster: a Kubernetes client and the inventory it feeds, or a static inventory.
+    let (kube_config, inventory, inventory_is_static) = match setup.cluster {
+        Cluster::FromFlags => (
+            Some(kube_config(config.server.kubeconfig.as_deref()).await?),
+            Arc::new(Inventory::new()),
+            false,
+        ),
+        Cluster::Kube(c) => (Some(*c), Arc::new(Inventory::new()), false),
+        Cluster::Static(inventory) => (None, inventory, true),
+    };
+    let kubelet_client =
+        kubelet::client::Client::new(kubelet_config(&config, kube_config.as_ref())?)
+            .map_err(Error::Kubelet)?;
+
+    // Shared state and metrics.
+    let mut registry = Registry::default();
+    let store = Arc::new(Store::new(config.store()));
+    let progress = Arc::new(Progress::default());
+    let metrics = Arc::new(Metrics::new(&mut registry, config.resolution()));
+    let api = Arc::new(Api::new(
+        inventory.clone(),
+        store.clone(),
+        node_selector.clone(),
+        &mut registry,
+    ));
+    let requests = Requests::new(&mut registry);
+    selfmetrics::register_process_metrics(&mut registry);
+    let registry = Arc::new(registry);
+
+    let health = Arc::new(Health::new(
+        health::Config {
+            resolution: config.resolution(),
+            readiness_timeout: config.readiness_timeout(),
+            started_ns,
+        },
+        Arc::new(health::Sources {
+            inventory: inventory.clone(),
+            store: store.clone(),
+            progress: progress.clone(),
+            inventory_is_static,
+        }),
+    ));
+    let router = Arc::new(setup.filters.into_iter().fold(
+        Router::new(health.clone(), api, registry, requests),
+        Router::with_filter,
+    ));
+
+    // The serving certificate.
+    let serving = &config.serving;
+    let (certs, reloader) = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
+        (Some(cert_file), Some(key_file)) => {
+            let certs = Arc::new(cert::Certs::new(
+                cert::from_files(cert_file, key_file).map_err(serve::Error::from)?,
+            ));
+            let reloader = cert::Reloader::new(cert_file.clone(), key_file.clone(), certs.clone());
+            (certs, Some(reloader))
+        }
+        _ => {
+            let key = cert::self_signed_in(&serving.cert_dir, &serving.serving_cert_sans)
+                .map_err(serve::Error::from)?;
+            (Arc::new(cert::Certs::new(key)), None)
+        }
+    };
+    if !serving.tls_cipher_suites.is_empty() {
+        tracing::warn!("--tls-cipher-suites is accepted but rustls's safe default suites are used");
+    }
+
+    let listener = match setup.listener {
+        Some(listener) => listener,
+        None => serve::bind(SocketAddr::new(serving.bind_address, serving.secure_port)).await?,
+    };
+    let server = Server::new(
+        listener,
+        certs,
+        router,
+        serve::Config {
+            http2: !serving.disable_http2_serving,
+            http2_max_streams: serving.http2_max_streams_per_connection,
+            tls13_only: serving.tls_min_version == Some(TlsVersion::Tls13),
+            drain_timeout: setup.drain_timeout,
+            ..serve::Config::default()
+        },
+    )?;
+    let addr = server.local_addr().ok();
+    tracing::info!(
+        address = ?addr,
+        resolution = %config.server.metric_resolution,
+        "serving securely"
+    );
+
+    let kube_client = match kube_config {
+        Some(c) if !inventory_is_static => {
+            Some(kube::Client::try_from(c).map_err(|e| Error::Kube(Box::new(e)))?)
+        }
+        _ => None,
+    };
+
+    // Every task, owned; `stop` ends them after the shutdown delay.
+    let stop = CancellationToken::new();
+    let mut tasks: JoinSet<&'static str> = JoinSet::new();
+    {
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            server.run(stop).await;
+            "the HTTPS server"
+        });
+    }
+    if let Some(reloader) = reloader {
+        let stop = stop.clone();
+        let interval = setup.cert_reload_interval;
+        tasks.spawn(async move {
+            reloader.run(interval, stop).await;
+            "the serving certificate reloader"
+        });
+    }
+    if let Some(client) = kube_client {
+        let inventory = inventory.clone();
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            scraper::inventory::watch::run(client, inventory, stop).await;
+            "the node and pod watches"
+        });
+    }
+    {
+        let scrape = config.scrape(node_selector);
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            scraper::scrape::run(
+                scrape,
+                inventory,
+                store,
+                kubelet_client,
+                metrics,
+                progress,
+                stop,
+            )
+            .await;
+            "the scrape loop"
+        });
+    }
+
+    let early = tokio::select! {
+        () = shutdown.cancelled() => None,
+        Some(ended) = tasks.join_next() => Some(ended.unwrap_or("a task (panicked)")),
+    };
+    health.begin_shutdown();
+    if early.is_none() {
+        let delay = config.generic.shutdown_delay_duration.0;
+        if !delay.is_zero() {
+            tracing::info!(delay = %config.generic.shutdown_delay_duration, "shutting down: /readyz fails, still serving");
+            tokio::time::sleep(delay).await;
+        }
+    }
+    tracing::info!("stopping");
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    match early {
+        Some(name) => Err(Error::TaskEnded(name)),
+        None => Ok(()),
+    }
+}
+
+/// `--kubeconfig`, or the in-cluster configuration (metrics-server `restConfig`).
+async fn kube_config(path: Option<&Path>) -> Result<kube::Config, Error> {
+    match path {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))
+        }
+        None => kube::Config::incluster().map_err(|e| Error::KubeConfig(e.to_string())),
+    }
+}
+
+fn credentials(flag: &'static str) -> impl Fn(tls::Error) -> Error {
+    move |e| Error::Credentials {
+        flag,
+        source: Box::new(e),
+    }
+}
+
+/// The kubelet client settings (metrics-server `KubeletClientOptions.Config`): the cluster's
+/// CA and credentials from the kubeconfig, overridden by the kubelet flags.
+fn kubelet_config(
+    config: &Config,
+    kube: Option<&kube::Config>,
+) -> Result<kubelet::client::Config, Error> {
+    let k = &config.kubelet;
+    let plain_http = k.deprecated_kubelet_completely_insecure;
+    let verify = if k.kubelet_insecure_tls || plain_http {
+        tls::client::Verify::Insecure
+    } else if let Some(path) = &k.kubelet_certificate_authority {
+        tls::client::Verify::Roots(
+            tls::pem::certs_from_file(path)
+                .map_err(credentials("--kubelet-certificate-authority"))?,
+        )
+    } else if let Some(text) = &k.kubelet_certificate_authority_text {
+        tls::client::Verify::Roots(
+            tls::pem::certs_from_slice(text.as_bytes(), "--kubelet-certificate-authority-text")
+                .map_err(credentials("--kubelet-certificate-authority-text"))?,
+        )
+    } else {
+        match kube {
+            Some(kube) if kube.accept_invalid_certs => tls::client::Verify::Insecure,
+            Some(kube) => {
+                let roots: Vec<tls::CertificateDer<'static>> = kube
+                    .root_cert
+                    .iter()
+                    .flatten()
+                    .map(|der| tls::CertificateDer::from(der.clone()))
+                    .collect();
+                if roots.is_empty() {
+                    tracing::warn!(
+                        "no cluster CA in the kubeconfig and no --kubelet-certificate-authority: \
+                         kubelet serving certificates cannot be verified"
+                    );
+                }
+                tls::client::Verify::Roots(roots)
+            }
+            None => {
+                tracing::warn!(
+                    "no kubeconfig and no --kubelet-certificate-authority: kubelet serving \
+                     certificates cannot be verified"
+                );
+                tls::client::Verify::Roots(Vec::new())
+            }
+        }
+    };
+
+    let identity = if plain_http {
+        None
+    } else if let (Some(cert), Some(key)) = (&k.kubelet_client_certificate, &k.kubelet_client_key) {
+        Some(
+            tls::pem::identity_from_files(cert, key)
+                .map_err(credentials("--kubelet-client-certificate"))?,
+        )
+    } else {
+        kube.map(kubeconfig_identity).transpose()?.flatten()
+    };
+
+    let bearer_token = if plain_http {
+        None
+    } else {
+        kube.map(kubeconfig_token).transpose()?.flatten()
+    };
+
+    Ok(kubelet::client::Config {
+        verify,
+        identity,
+        bearer_token,
+        plain_http,
+        timeout: k.kubelet_request_timeout.0,
+        max_body_bytes: usize::try_from(k.kubelet_max_body_bytes.0).unwrap_or(usize::MAX),
+    })
+}
+
+/// The kubeconfig user's client certificate, when it has one.
+fn kubeconfig_identity(kube: &kube::Config) -> Result<Option<tls::Identity>, Error> {
+    let auth = &kube.auth_info;
+    let bad = |e: String| Error::Credentials {
+        flag: "--kubeconfig",
+        source: e.into(),
+    };
+    let cert = match (&auth.client_certificate_data, &auth.client_certificate) {
+        (Some(data), _) => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| bad(format!("client-certificate-data: {e}")))?,
+        ),
+        (None, Some(path)) => Some(std::fs::read(path).map_err(|e| bad(format!("{path}: {e}")))?),
+        (None, None) => None,
+    };
+    let key = match (&auth.client_key_data, &auth.client_key) {
+        (Some(data), _) => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(data.expose_secret().trim())
+                .map_err(|e| bad(format!("client-key-data: {e}")))?,
+        ),
+        (None, Some(path)) => Some(std::fs::read(path).map_err(|e| bad(format!("{path}: {e}")))?),
+        (None, None) => None,
+    };
+    match (cert, key) {
+        (Some(cert), Some(key)) => tls::pem::identity_from_slices(&cert, &key)
+            .map(Some)
+            .map_err(credentials("--kubeconfig")),
+        _ => Ok(None),
+    }
+}
+
+/// The kubeconfig user's bearer token (the service-account token in-cluster), read once.
+fn kubeconfig_token(kube: &kube::Config) -> Result<Option<String>, Error> {
+    let auth = &kube.auth_info;
+    if let Some(token) = &auth.token {
+        return Ok(Some(token.expose_secret().trim().to_owned()));
+    }
+    match &auth.token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|t| Some(t.trim().to_owned()))
+            .map_err(|e| Error::Credentials {
+                flag: "--kubeconfig",
+                source: format!("token file {path}: {e}").into(),
+            }),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn flags(args: &[&str]) -> Config {
+        let mut argv = vec!["metrics-server"];
+        argv.extend_from_slice(args);
+        Config::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn kubelet_credentials_come_from_the_kubeconfig() {
+        let ca = tls::issue::Ca::new("cluster-ca").unwrap();
+        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        kube.root_cert = Some(vec![ca.cert().to_vec()]);
+        kube.auth_info.token = Some("sa-token\n".to_owned().into());
+        let c = kubelet_config(&flags(&[]), Some(&kube)).unwrap();
+        match &c.verify {
+            tls::client::Verify::Roots(roots) => assert_eq!(roots, &[ca.cert().clone()]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.bearer_token.as_deref(), Some("sa-token"));
+        assert!(!c.plain_http);
+        assert_eq!(c.timeout, Duration::from_secs(10));
+        assert_eq!(c.max_body_bytes, 64 << 20);
+    }
+
+    #[test]
+    fn kubelet_flags_override_the_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = tls::issue::Ca::new("kubelet-ca").unwrap();
+        let ca_path = dir.path().join("ca.crt");
+        std::fs::write(&ca_path, ca.cert_pem()).unwrap();
+        let client = ca
+            .issue(&tls::issue::LeafSpec {
+                common_name: "metrics-server".into(),
+                client: true,
+                ..Default::default()
+            })
+            .unwrap();
+        let (cert_path, key_path) = (dir.path().join("c.crt"), dir.path().join("c.key"));
+        std::fs::write(&cert_path, &client.cert_pem).unwrap();
+        std::fs::write(&key_path, &client.key_pem).unwrap();
+        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        kube.root_cert = Some(vec![tls::issue::Ca::new("other").unwrap().cert().to_vec()]);
+        let c = kubelet_config(
+            &flags(&[
+                &format!("--kubelet-certificate-authority={}", ca_path.display()),
+                &format!("--kubelet-client-certificate={}", cert_path.display()),
+                &format!("--kubelet-client-key={}", key_path.display()),
+            ]),
+            Some(&kube),
+        )
+        .unwrap();
+        match &c.verify {
+            tls::client::Verify::Roots(roots) => assert_eq!(roots, &[ca.cert().clone()]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.identity.unwrap().chain, client.identity.chain);
+
+        let c = kubelet_config(&flags(&["--kubelet-insecure-tls"]), Some(&kube)).unwrap();
+        assert!(matches!(c.verify, tls::client::Verify::Insecure));
+    }
+
+    #[test]
+    fn completely_insecure_sends_no_credentials() {
+        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        kube.auth_info.token = Some("secret".to_owned().into());
+        let c = kubelet_config(
+            &flags(&["--deprecated-kubelet-completely-insecure"]),
+            Some(&kube),
+        )
+        .unwrap();
+        assert!(c.plain_http);
+        assert!(c.bearer_token.is_none());
+        assert!(c.identity.is_none());
+    }
+
+    #[test]
+    fn kubeconfig_client_certificate_data_is_used() {
+        let ca = tls::issue::Ca::new("cluster-ca").unwrap();
+        let client = ca
+            .issue(&tls::issue::LeafSpec {
+                common_name: "admin".into(),
+                client: true,
+                ..Default::default()
+            })
+            .unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        kube.auth_info.client_certificate_data = Some(b64(&client.cert_pem));
+        kube.auth_info.client_key_data = Some(b64(&client.key_pem).into());
+        let c = kubelet_config(&flags(&[]), Some(&kube)).unwrap();
+        assert_eq!(c.identity.unwrap().chain, client.identity.chain);
+        // Garbage is a configuration error, not a panic.
+        kube.auth_info.client_certificate_data = Some("!!!".to_owned());
+        let err = kubelet_config(&flags(&[]), Some(&kube)).unwrap_err();
+        assert_eq!(err.exit_code(), 64);
+    }
+
+    #[test]
+    fn missing_kubelet_ca_file_is_a_configuration_error() {
+        let err = kubelet_config(
+            &flags(&["--kubelet-certificate-authority=/nonexistent/ca.crt"]),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 64);
+        assert!(
+            err.to_string()
+                .starts_with("--kubelet-certificate-authority: "),
+            "{err}"
+        );
+    }
+}

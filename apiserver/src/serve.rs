@@ -1,1 +1,0 @@
-//! serve: owned by the serving work.

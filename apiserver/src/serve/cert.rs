@@ -1,0 +1,389 @@
+//! The serving certificate: from `--tls-cert-file`/`--tls-private-key-file`, reloaded when the
+//! files change on disk, or a self-signed one kept in `--cert-dir`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+/// File names inside `--cert-dir`, as the generic apiserver's `MaybeDefaultWithSelfSignedCerts`.
+pub const SELF_SIGNED_CERT: &str = "apiserver.crt";
+/// See [`SELF_SIGNED_CERT`].
+pub const SELF_SIGNED_KEY: &str = "apiserver.key";
+
+/// Why a certificate could not be loaded or made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading, parsing or signing-key errors from the TLS crate.
+    #[error(transparent)]
+    Tls(#[from] tls::Error),
+    /// The key does not belong to the certificate.
+    #[error("{cert}: the private key does not match the certificate: {source}")]
+    KeyMismatch {
+        /// The certificate file.
+        cert: String,
+        /// rustls's reason.
+        #[source]
+        source: rustls::Error,
+    },
+    /// `--cert-dir` could not be written.
+    #[error("writing the self-signed certificate into {path}: {source}")]
+    CertDir {
+        /// The file or directory.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The certificate served right now; swapped whole on reload.
+#[derive(Debug)]
+pub struct Certs {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl Certs {
+    /// Serves `key`.
+    pub fn new(key: CertifiedKey) -> Self {
+        Certs {
+            current: RwLock::new(Arc::new(key)),
+        }
+    }
+
+    /// The certificate being served.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.read().clone()
+    }
+
+    /// Serves `key` from the next handshake on.
+    pub fn replace(&self, key: CertifiedKey) {
+        *self.current.write() = Arc::new(key);
+    }
+}
+
+impl ResolvesServerCert for Certs {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// A certificate and key from PEM bytes, checked to belong together.
+fn certified(cert_pem: &[u8], key_pem: &[u8], what: &str) -> Result<CertifiedKey, Error> {
+    let identity = tls::pem::identity_from_slices(cert_pem, key_pem)?;
+    let key = tls::server::certified_key(&identity)?;
+    key.keys_match().map_err(|source| Error::KeyMismatch {
+        cert: what.to_owned(),
+        source,
+    })?;
+    Ok(key)
+}
+
+/// Loads `--tls-cert-file` / `--tls-private-key-file`.
+pub fn from_files(cert: &Path, key: &Path) -> Result<CertifiedKey, Error> {
+    let (cert_pem, key_pem) = read_pair(cert, key)?;
+    certified(&cert_pem, &key_pem, &cert.display().to_string())
+}
+
+fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| {
+            Error::Tls(tls::Error::Read {
+                path: path.display().to_string(),
+                source,
+            })
+        })
+    };
+    Ok((read(cert)?, read(key)?))
+}
+
+/// The self-signed certificate in `dir` (`apiserver.crt`, `apiserver.key`): reused when it is
+/// valid and covers `sans`, otherwise generated (common name `localhost`) and written there.
+pub fn self_signed_in(dir: &Path, sans: &[String]) -> Result<CertifiedKey, Error> {
+    let cert_path = dir.join(SELF_SIGNED_CERT);
+    let key_path = dir.join(SELF_SIGNED_KEY);
+    if cert_path.exists() || key_path.exists() {
+        match reuse(&cert_path, &key_path, sans) {
+            Ok(key) => {
+                tracing::info!(cert = %cert_path.display(), "reusing the self-signed serving certificate");
+                return Ok(key);
+            }
+            Err(reason) => tracing::warn!(
+                cert = %cert_path.display(),
+                %reason,
+                "regenerating the self-signed serving certificate"
+            ),
+        }
+    }
+    let issued = tls::issue::self_signed("localhost", sans)?;
+    let dir_error = |path: &Path, source| Error::CertDir {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| dir_error(dir, e))?;
+    write_file(&key_path, issued.key_pem.as_bytes(), true).map_err(|e| dir_error(&key_path, e))?;
+    write_file(&cert_path, issued.cert_pem.as_bytes(), false)
+        .map_err(|e| dir_error(&cert_path, e))?;
+    tracing::info!(cert = %cert_path.display(), sans = ?sans, "generated a self-signed serving certificate");
+    let key = tls::server::certified_key(&issued.identity)?;
+    Ok(key)
+}
+
+fn reuse(cert: &Path, key: &Path, sans: &[String]) -> Result<CertifiedKey, String> {
+    let (cert_pem, key_pem) = read_pair(cert, key).map_err(|e| e.to_string())?;
+    let certified =
+        certified(&cert_pem, &key_pem, &cert.display().to_string()).map_err(|e| e.to_string())?;
+    let leaf = certified
+        .cert
+        .first()
+        .ok_or_else(|| "no certificate".to_owned())?;
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(leaf).map_err(|e| format!("unparsable: {e}"))?;
+    if !parsed.validity().is_valid() {
+        return Err("expired or not yet valid".to_owned());
+    }
+    let present = subject_alt_names(&parsed);
+    if let Some(missing) = sans.iter().find(|s| !present.contains(s)) {
+        return Err(format!("does not cover {missing}"));
+    }
+    Ok(certified)
+}
+
+/// DNS names and IP addresses of a certificate, as strings.
+pub fn subject_alt_names(cert: &x509_parser::certificate::X509Certificate<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok(Some(ext)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    ext.value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+            GeneralName::IPAddress(bytes) => match bytes.len() {
+                4 => <[u8; 4]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
+                16 => <[u8; 16]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+fn write_file(path: &Path, contents: &[u8], private: bool) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    let mut file = options.open(path)?;
+    file.write_all(contents)?;
+    file.sync_all()
+}
+
+/// Watches `--tls-cert-file` / `--tls-private-key-file` and swaps the served certificate when
+/// they change. A bad new pair is logged and the old certificate kept.
+#[derive(Debug)]
+pub struct Reloader {
+    cert: PathBuf,
+    key: PathBuf,
+    certs: Arc<Certs>,
+    /// SHA-256 of the last content tried (good or bad).
+    seen: Option<[u8; 32]>,
+}
+
+impl Reloader {
+    /// A reloader for files whose current content `certs` already serves.
+    pub fn new(cert: PathBuf, key: PathBuf, certs: Arc<Certs>) -> Self {
+        let seen = read_pair(&cert, &key).ok().map(|(c, k)| digest(&c, &k));
+        Reloader {
+            cert,
+            key,
+            certs,
+            seen,
+        }
+    }
+
+    /// Looks once: `Ok(true)` when a new certificate is now served, `Ok(false)` when nothing
+    /// changed, `Err` when the files changed but cannot be used (the old one stays).
+    ///
+    /// The content is compared, not the modification time: two writes within the file
+    /// system's timestamp granularity, or a Secret's symlink swap, are still seen.
+    pub fn check(&mut self) -> Result<bool, Error> {
+        let (cert_pem, key_pem) = read_pair(&self.cert, &self.key)?;
+        let seen = digest(&cert_pem, &key_pem);
+        if self.seen == Some(seen) {
+            return Ok(false);
+        }
+        // Remember the content even when it is bad, so it is reported once, not every poll;
+        // the next write changes the digest and is tried again.
+        self.seen = Some(seen);
+        let key = certified(&cert_pem, &key_pem, &self.cert.display().to_string())?;
+        self.certs.replace(key);
+        Ok(true)
+    }
+
+    /// Polls every `interval` until `shutdown`.
+    pub async fn run(mut self, interval: Duration, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        // The same failure (a missing file, say) is logged once, not on every poll.
+        let mut last_error: Option<String> = None;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            match self.check() {
+                Ok(true) => {
+                    last_error = None;
+                    tracing::info!(cert = %self.cert.display(), "reloaded the serving certificate");
+                }
+                Ok(false) => last_error = None,
+                Err(error) => {
+                    let message = error.to_string();
+                    if last_error.as_deref() != Some(message.as_str()) {
+                        tracing::error!(
+                            cert = %self.cert.display(),
+                            error = %message,
+                            "serving certificate changed but cannot be used; keeping the old one"
+                        );
+                        last_error = Some(message);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn digest(cert: &[u8], key: &[u8]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update((cert.len() as u64).to_le_bytes());
+    hash.update(cert);
+    hash.update(key);
+    hash.finalize().into()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn sans() -> Vec<String> {
+        ["localhost", "127.0.0.1", "metrics-server.kube-system.svc"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+
+    fn leaf_sans(key: &CertifiedKey) -> Vec<String> {
+        let (_, parsed) = x509_parser::parse_x509_certificate(&key.cert[0]).unwrap();
+        subject_alt_names(&parsed)
+    }
+
+    #[test]
+    fn self_signed_is_generated_then_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("certs");
+        let first = self_signed_in(&sub, &sans()).unwrap();
+        assert_eq!(leaf_sans(&first), sans());
+        assert!(sub.join(SELF_SIGNED_CERT).exists());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(sub.join(SELF_SIGNED_KEY))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let again = self_signed_in(&sub, &sans()).unwrap();
+        assert_eq!(
+            first.cert, again.cert,
+            "an existing valid certificate is reused"
+        );
+        // Asking for another name regenerates.
+        let mut more = sans();
+        more.push("metrics.example".to_owned());
+        let third = self_signed_in(&sub, &more).unwrap();
+        assert_ne!(third.cert, first.cert);
+        assert!(leaf_sans(&third).contains(&"metrics.example".to_owned()));
+        // Garbage in the directory is replaced, not fatal.
+        std::fs::write(sub.join(SELF_SIGNED_CERT), "junk").unwrap();
+        let fourth = self_signed_in(&sub, &sans()).unwrap();
+        assert_eq!(leaf_sans(&fourth), sans());
+    }
+
+    fn write_pair(dir: &Path, issued: &tls::issue::Issued) -> (PathBuf, PathBuf) {
+        let cert = dir.join("tls.crt");
+        let key = dir.join("tls.key");
+        std::fs::write(&cert, &issued.cert_pem).unwrap();
+        std::fs::write(&key, &issued.key_pem).unwrap();
+        (cert, key)
+    }
+
+    #[test]
+    fn reloads_changed_files_and_keeps_the_old_on_bad_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = tls::issue::self_signed("one", &["one.test".to_owned()]).unwrap();
+        let (cert, key) = write_pair(dir.path(), &one);
+        let certs = Arc::new(Certs::new(from_files(&cert, &key).unwrap()));
+        let mut reloader = Reloader::new(cert.clone(), key.clone(), certs.clone());
+        assert!(!reloader.check().unwrap(), "nothing changed");
+
+        let two = tls::issue::self_signed("two", &["two.test".to_owned()]).unwrap();
+        write_pair(dir.path(), &two);
+        assert!(reloader.check().unwrap());
+        assert_eq!(leaf_sans(&certs.current()), ["two.test"]);
+
+        // A key that does not match: error, old certificate kept.
+        let three = tls::issue::self_signed("three", &["three.test".to_owned()]).unwrap();
+        std::fs::write(&cert, &three.cert_pem).unwrap();
+        let err = reloader.check().unwrap_err();
+        assert!(matches!(err, Error::KeyMismatch { .. }), "{err}");
+        assert_eq!(leaf_sans(&certs.current()), ["two.test"]);
+        // Reported once, not on every poll.
+        assert!(!reloader.check().unwrap());
+        // The matching key arrives: served.
+        std::fs::write(&key, &three.key_pem).unwrap();
+        assert!(reloader.check().unwrap());
+        assert_eq!(leaf_sans(&certs.current()), ["three.test"]);
+
+        // Garbage: error, old kept.
+        std::fs::write(&cert, "not a certificate").unwrap();
+        assert!(reloader.check().is_err());
+        assert_eq!(leaf_sans(&certs.current()), ["three.test"]);
+        // A file that disappears: error, old kept.
+        std::fs::remove_file(&cert).unwrap();
+        assert!(reloader.check().is_err());
+        assert_eq!(leaf_sans(&certs.current()), ["three.test"]);
+    }
+
+    #[test]
+    fn mismatched_files_are_refused_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = tls::issue::self_signed("one", &["one.test".to_owned()]).unwrap();
+        let two = tls::issue::self_signed("two", &["two.test".to_owned()]).unwrap();
+        let (cert, key) = write_pair(dir.path(), &one);
+        std::fs::write(&key, &two.key_pem).unwrap();
+        assert!(matches!(
+            from_files(&cert, &key),
+            Err(Error::KeyMismatch { .. })
+        ));
+        assert!(from_files(&dir.path().join("absent"), &key).is_err());
+    }
+}

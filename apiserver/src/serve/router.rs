@@ -1,0 +1,320 @@
+//! Routing one request: the filter chain (where authentication, authorization and load
+//! shedding plug in), then health, `/metrics`, the API, or a 404 Status.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::request::Parts;
+use http::{Request, Response, header};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use prometheus_client::registry::Registry;
+use rustls_pki_types::CertificateDer;
+
+use crate::Body;
+use crate::api::Api;
+use crate::health::Health;
+use crate::selfmetrics::{self, RequestKind, Requests};
+use crate::status::Status;
+
+/// The client certificate chain (leaf first), in the request's extensions when the client
+/// presented one during the handshake. Not verified: each authenticator checks it against its
+/// own CA (`--client-ca-file`, `--requestheader-client-ca-file`).
+#[derive(Clone, Debug)]
+pub struct PeerCertificates(pub Arc<[CertificateDer<'static>]>);
+
+/// The client's address, in every request's extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteAddr(pub SocketAddr);
+
+/// Held while a request is served (until its response body is finished or dropped): an
+/// in-flight slot of the load shedder, say.
+pub type Guard = Box<dyn Send + Sync>;
+
+/// What a [`Filter`] decided.
+pub enum Verdict {
+    /// Go on to the next filter, then the handlers; the guard, if any, lives as long as the
+    /// response.
+    Pass(Option<Guard>),
+    /// Answer with this (a 401, 403 or 429 Status) and stop.
+    Reject(Response<Body>),
+}
+
+impl std::fmt::Debug for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Pass(guard) => write!(f, "Pass(guard: {})", guard.is_some()),
+            Verdict::Reject(r) => write!(f, "Reject({})", r.status()),
+        }
+    }
+}
+
+/// A step every request passes before routing, in order: authentication (which may record
+/// the user in the extensions), authorization, admission. `parts.extensions` carries
+/// [`PeerCertificates`] and [`RemoteAddr`].
+pub trait Filter: Send + Sync + 'static {
+    /// Decides on one request.
+    fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict>;
+}
+
+/// Where each request goes.
+pub struct Router {
+    health: Arc<Health>,
+    api: Arc<Api>,
+    registry: Arc<Registry>,
+    requests: Requests,
+    filters: Vec<Arc<dyn Filter>>,
+    clock: fn() -> i64,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("filters", &self.filters.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The wall clock in Unix nanoseconds: the response time handed to health and the API.
+pub fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+impl Router {
+    /// A router with no filters (everything is allowed) and the wall clock.
+    pub fn new(
+        health: Arc<Health>,
+        api: Arc<Api>,
+        registry: Arc<Registry>,
+        requests: Requests,
+    ) -> Self {
+        Router {
+            health,
+            api,
+            registry,
+            requests,
+            filters: Vec::new(),
+            clock: unix_now_ns,
+        }
+    }
+
+    /// Appends a filter; filters run in the order they are added.
+    pub fn with_filter(mut self, filter: Arc<dyn Filter>) -> Self {
+        self.filters.push(filter);
+        self
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Answers one request. The request body is never read: every route is a GET.
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<Body> {
+        let started = Instant::now();
+        let (mut parts, _body) = request.into_parts();
+        let kind = RequestKind::of(&parts.method, parts.uri.path());
+        let mut guards: Vec<Guard> = Vec::new();
+        for filter in &self.filters {
+            match filter.filter(&mut parts).await {
+                Verdict::Pass(guard) => guards.extend(guard),
+                Verdict::Reject(response) => {
+                    self.requests
+                        .observe(kind, response.status().as_u16(), started.elapsed());
+                    return response;
+                }
+            }
+        }
+        let response = self.route(&parts);
+        self.requests
+            .observe(kind, response.status().as_u16(), started.elapsed());
+        if guards.is_empty() {
+            response
+        } else {
+            response.map(|body| {
+                Guarded {
+                    inner: body,
+                    _guards: guards,
+                }
+                .boxed()
+            })
+        }
+    }
+
+    fn route(&self, parts: &Parts) -> Response<Body> {
+        let now_ns = (self.clock)();
+        let path = parts.uri.path();
+        if let Some(response) = self.health.handle(path, parts.uri.query(), now_ns) {
+            return response;
+        }
+        if path == "/metrics" {
+            return selfmetrics::response(&self.registry, parts.headers.get(header::ACCEPT));
+        }
+        if let Some(response) = self.api.handle(parts, now_ns) {
+            return response;
+        }
+        Status::no_route().into_response()
+    }
+}
+
+/// A body that keeps the filters' guards alive until it is finished or dropped.
+struct Guarded {
+    inner: Body,
+    _guards: Vec<Guard>,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::health;
+    use scraper::inventory::Inventory;
+    use scraper::scrape::Progress;
+    use scraper::selector::LabelSelector;
+    use scraper::store::Store;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    const NOW: i64 = 1_700_000_000_000_000_000;
+
+    fn router() -> Router {
+        let inventory = Arc::new(Inventory::new());
+        let store = Arc::new(Store::new(scraper::store::Config::new(
+            Duration::from_secs(15),
+        )));
+        let mut registry = Registry::default();
+        let requests = Requests::new(&mut registry);
+        selfmetrics::register_process_metrics(&mut registry);
+        let api = Arc::new(Api::new(
+            inventory.clone(),
+            store.clone(),
+            LabelSelector::default(),
+            &mut registry,
+        ));
+        let signals = Arc::new(health::Sources {
+            inventory,
+            store,
+            progress: Arc::new(Progress::default()),
+            inventory_is_static: true,
+        });
+        let health = Arc::new(Health::new(
+            health::Config {
+                resolution: Duration::from_secs(15),
+                readiness_timeout: None,
+                started_ns: NOW,
+            },
+            signals,
+        ));
+        Router::new(health, api, Arc::new(registry), requests).with_clock(|| NOW)
+    }
+
+    async fn get(router: &Router, uri: &str) -> (u16, String) {
+        let response = router.handle(Request::get(uri).body(()).unwrap()).await;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn routes_health_metrics_and_404() {
+        let r = router();
+        assert_eq!(get(&r, "/livez").await, (200, "ok".to_owned()));
+        assert_eq!(get(&r, "/healthz/ping").await, (200, "ok".to_owned()));
+        let (status, body) = get(&r, "/nope").await;
+        assert_eq!(status, 404);
+        let status_json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status_json["kind"], "Status");
+        assert_eq!(status_json["reason"], "NotFound");
+        assert_eq!(
+            status_json["message"],
+            "the server could not find the requested resource"
+        );
+        // /metrics counts the requests above.
+        let (status, body) = get(&r, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(
+            body.contains("apiserver_request_total{verb=\"get\",group=\"\",version=\"\",resource=\"\",code=\"404\"} 1\n"),
+            "{body}"
+        );
+        assert!(body.contains("process_resident_memory_bytes "), "{body}");
+        assert!(!body.contains(".."), "{body}");
+    }
+
+    struct Deny;
+    impl Filter for Deny {
+        fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+            Box::pin(async move {
+                if parts.uri.path() == "/livez" {
+                    Verdict::Pass(None)
+                } else {
+                    Verdict::Reject(Status::forbidden("forbidden: no", None).into_response())
+                }
+            })
+        }
+    }
+
+    struct Counting(Arc<AtomicUsize>);
+    struct Slot(Arc<AtomicUsize>);
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    impl Filter for Counting {
+        fn filter<'a>(&'a self, _parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move { Verdict::Pass(Some(Box::new(Slot(self.0.clone())) as Guard)) })
+        }
+    }
+
+    #[tokio::test]
+    async fn filters_can_reject_before_routing() {
+        let r = router().with_filter(Arc::new(Deny));
+        assert_eq!(get(&r, "/livez").await.0, 200);
+        assert_eq!(get(&r, "/metrics").await.0, 403);
+        assert_eq!(get(&r, "/nope").await.0, 403);
+    }
+
+    #[tokio::test]
+    async fn guards_live_until_the_body_is_done() {
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let r = router().with_filter(Arc::new(Counting(in_flight.clone())));
+        let response = r.handle(Request::get("/livez").body(()).unwrap()).await;
+        assert_eq!(
+            in_flight.load(Ordering::SeqCst),
+            1,
+            "held while the body is unsent"
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"ok");
+        assert_eq!(in_flight.load(Ordering::SeqCst), 0);
+    }
+}

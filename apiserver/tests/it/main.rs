@@ -1,0 +1,10 @@
+//! Integration tests: the real server in-process on 127.0.0.1:0 over TLS, and the binary.
+
+#![allow(clippy::unwrap_used)]
+
+mod binary;
+mod certs;
+mod health;
+mod http;
+mod metrics;
+mod support;

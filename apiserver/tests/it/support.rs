@@ -1,0 +1,238 @@
+//! Starting the server in-process and talking to it over TLS.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use apiserver::config::Config;
+use apiserver::run::{Cluster, Setup};
+use apiserver::serve::Filter;
+use bytes::Bytes;
+use clap::Parser;
+use http::{HeaderMap, Request, StatusCode, Version};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use scraper::inventory::Inventory;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_util::sync::CancellationToken;
+
+/// A server running in this process.
+pub(crate) struct Running {
+    pub(crate) addr: SocketAddr,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) task: JoinHandle<Result<(), apiserver::run::Error>>,
+    pub(crate) started: Instant,
+    pub(crate) dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Running {
+    /// Where the self-signed certificate goes.
+    pub(crate) fn cert_dir(&self) -> PathBuf {
+        self.dir.join("certs")
+    }
+}
+
+/// Starts the server with a static (synced, empty) inventory, short timings and `args` after
+/// the defaults (a later flag wins), and waits until it answers.
+pub(crate) async fn start(args: &[&str]) -> Running {
+    start_with(args, Vec::new(), None).await
+}
+
+/// [`start`] with filters, and a temporary directory of the caller's.
+pub(crate) async fn start_with(
+    args: &[&str],
+    filters: Vec<Arc<dyn Filter>>,
+    tmp: Option<tempfile::TempDir>,
+) -> Running {
+    tls::provider::install_default();
+    let tmp = tmp.unwrap_or_else(|| tempfile::tempdir().unwrap());
+    let dir = tmp.path().to_path_buf();
+    let cert_dir = format!("--cert-dir={}", dir.join("certs").display());
+    let mut argv = vec![
+        "metrics-server",
+        "--metric-resolution=10s",
+        "--kubelet-request-timeout=1s",
+        "--kubelet-insecure-tls",
+        &cert_dir,
+    ];
+    argv.extend_from_slice(args);
+    let config = Config::try_parse_from(argv).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let setup = Setup {
+        listener: Some(listener),
+        cluster: Cluster::Static(Arc::new(Inventory::new())),
+        cert_reload_interval: Duration::from_millis(200),
+        drain_timeout: Duration::from_secs(5),
+        filters,
+    };
+    let task = tokio::spawn(apiserver::run::run_with(config, setup, shutdown.clone()));
+    let running = Running {
+        addr,
+        shutdown,
+        task,
+        started,
+        dir,
+        _tmp: tmp,
+    };
+    // Ready to answer when a TLS handshake completes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if Client::insecure().connect(addr).await.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "server did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running
+}
+
+/// A TLS client.
+#[derive(Clone)]
+pub(crate) struct Client {
+    pub(crate) verify: tls::client::Verify,
+    pub(crate) identity: Option<tls::Identity>,
+    pub(crate) alpn: Vec<Vec<u8>>,
+    pub(crate) server_name: String,
+}
+
+impl Client {
+    /// Trusts anything; offers h2 and http/1.1.
+    pub(crate) fn insecure() -> Self {
+        Client {
+            verify: tls::client::Verify::Insecure,
+            identity: None,
+            alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            server_name: "localhost".to_owned(),
+        }
+    }
+
+    /// Trusts only `roots`, checking the certificate against `server_name`.
+    pub(crate) fn trusting(roots: Vec<tls::CertificateDer<'static>>, server_name: &str) -> Self {
+        Client {
+            verify: tls::client::Verify::Roots(roots),
+            server_name: server_name.to_owned(),
+            ..Client::insecure()
+        }
+    }
+
+    /// Offers only these ALPN protocols.
+    pub(crate) fn alpn(mut self, protocols: &[&[u8]]) -> Self {
+        self.alpn = protocols.iter().map(|p| p.to_vec()).collect();
+        self
+    }
+
+    pub(crate) async fn connect(&self, addr: SocketAddr) -> std::io::Result<TlsStream<TcpStream>> {
+        let mut config = tls::client::config(&self.verify, self.identity.as_ref())
+            .map_err(std::io::Error::other)?;
+        config.alpn_protocols = self.alpn.clone();
+        let tcp = TcpStream::connect(addr).await?;
+        let name = rustls_pki_types::ServerName::try_from(self.server_name.clone())
+            .map_err(std::io::Error::other)?;
+        TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+    }
+
+    /// GET `path_and_query` on a new connection, over whatever ALPN chose.
+    pub(crate) async fn get(&self, addr: SocketAddr, path_and_query: &str) -> Reply {
+        self.get_with(addr, path_and_query, &[]).await
+    }
+
+    pub(crate) async fn get_with(
+        &self,
+        addr: SocketAddr,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let stream = self.connect(addr).await.expect("TLS connection");
+        get_on(stream, path_and_query, headers).await
+    }
+}
+
+/// What came back.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) version: Version,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
+}
+
+/// GET on an established TLS stream, HTTP/2 when ALPN chose h2, else HTTP/1.1.
+pub(crate) async fn get_on(
+    stream: TlsStream<TcpStream>,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(stream);
+    let mut request = if h2 {
+        Request::get(format!("https://localhost{path_and_query}"))
+    } else {
+        Request::get(path_and_query).header(http::header::HOST, "localhost")
+    };
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Empty::<Bytes>::new()).unwrap();
+    let response = if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender.send_request(request).await.unwrap()
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        sender.send_request(request).await.unwrap()
+    };
+    let status = response.status();
+    let version = response.version();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        version,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// The leaf certificate the server presents.
+pub(crate) async fn served_leaf(client: &Client, addr: SocketAddr) -> std::io::Result<Vec<u8>> {
+    let stream = client.connect(addr).await?;
+    let chain = stream.get_ref().1.peer_certificates().unwrap_or_default();
+    Ok(chain.first().map(|c| c.to_vec()).unwrap_or_default())
+}
+
+/// DNS and IP SANs of a DER certificate.
+pub(crate) fn sans_of(der: &[u8]) -> Vec<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).unwrap();
+    apiserver::serve::cert::subject_alt_names(&cert)
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, for at most `within`.
+pub(crate) async fn eventually<T, F, Fut>(within: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
