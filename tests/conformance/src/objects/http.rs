@@ -1,0 +1,802 @@
+//! The wire side: routing, list (selectors, `limit`/`continue`, resourceVersion semantics),
+//! get, watch (chunked JSON lines, bookmarks, `410 Gone`), Table output and Status errors.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::query::{Filter, Params};
+use super::{Change, Key, Kind, Objects, State, build};
+
+/// The response body of [`Objects::handle`]: a whole JSON document, or for a watch a stream of
+/// newline-terminated JSON events, one per frame. Errors never occur (the type is
+/// `std::io::Error` so it composes with file and proxy bodies).
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// A Kubernetes `Status` failure.
+#[derive(Debug)]
+struct Status {
+    code: u16,
+    reason: &'static str,
+    message: String,
+    details: Option<Value>,
+}
+
+impl Status {
+    fn bad_request(message: String) -> Status {
+        Status {
+            code: 400,
+            reason: "BadRequest",
+            message,
+            details: None,
+        }
+    }
+
+    fn expired(message: String) -> Status {
+        Status {
+            code: 410,
+            reason: "Expired",
+            message,
+            details: None,
+        }
+    }
+
+    fn not_found(kind: Kind, name: &str) -> Status {
+        Status {
+            code: 404,
+            reason: "NotFound",
+            message: format!("{} \"{name}\" not found", kind.plural()),
+            details: Some(json!({"name": name, "kind": kind.plural()})),
+        }
+    }
+
+    fn too_large(rv: u64) -> Status {
+        Status {
+            code: 504,
+            reason: "Timeout",
+            message: format!("Too large resource version: {rv}"),
+            details: None,
+        }
+    }
+
+    fn json(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
+        }
+        status
+    }
+
+    fn response(&self) -> http::Response<Body> {
+        json_response(
+            self.code,
+            serde_json::to_vec(&self.json()).unwrap_or_default(),
+        )
+    }
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn json_response(code: u16, body: Vec<u8>) -> http::Response<Body> {
+    let mut response = http::Response::new(full(body));
+    *response.status_mut() =
+        http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// What a path names.
+enum Route<'a> {
+    List(Kind, Option<&'a str>),
+    Get(Kind, &'a str, &'a str),
+}
+
+fn route(path: &str) -> Option<Route<'_>> {
+    let rest = path.strip_prefix("/api/v1/")?;
+    let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    let kind = |plural: &str| match plural {
+        "nodes" => Some(Kind::Node),
+        "pods" => Some(Kind::Pod),
+        "configmaps" => Some(Kind::ConfigMap),
+        _ => None,
+    };
+    match parts.as_slice() {
+        [plural] => Some(Route::List(kind(plural)?, None)),
+        ["nodes", name] => Some(Route::Get(Kind::Node, "", name)),
+        ["namespaces", ns, plural] => {
+            let kind = kind(plural).filter(|k| k.namespaced())?;
+            Some(Route::List(kind, Some(ns)))
+        }
+        ["namespaces", ns, plural, name] => {
+            let kind = kind(plural).filter(|k| k.namespaced())?;
+            Some(Route::Get(kind, ns, name))
+        }
+        _ => None,
+    }
+}
+
+/// Continue tokens: the snapshot's resourceVersion and the last key returned.
+fn encode_continue(rv: u64, key: &Key) -> String {
+    let raw = json!({"rv": rv, "ns": key.0, "name": key.1}).to_string();
+    base64::engine::general_purpose::STANDARD.encode(raw)
+}
+
+fn decode_continue(token: &str) -> Option<(u64, Key)> {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .ok()?;
+    let value: Value = serde_json::from_slice(&raw).ok()?;
+    let rv = value["rv"].as_u64()?;
+    let ns = value["ns"].as_str()?.to_owned();
+    let name = value["name"].as_str()?.to_owned();
+    Some((rv, (ns, name)))
+}
+
+fn parse_rv(rv: &str) -> Result<u64, Status> {
+    rv.parse()
+        .map_err(|_| Status::bad_request(format!("invalid resource version: {rv}")))
+}
+
+fn too_old(rv: u64, state: &State) -> Status {
+    Status::expired(format!(
+        "too old resource version: {rv} ({})",
+        state.compacted_rv
+    ))
+}
+
+/// The page of a list: items (as at the snapshot) and the continue token.
+struct Page {
+    rv: u64,
+    items: Vec<Arc<Value>>,
+    continue_token: Option<String>,
+}
+
+impl Objects {
+    /// Serves `GET` of nodes, pods and configmaps under `/api/v1` (list, get, watch, Table);
+    /// returns `None` for any other path so a router can try its next handler.
+    pub async fn handle<B>(&self, req: http::Request<B>) -> Option<http::Response<Body>> {
+        let route = route(req.uri().path())?;
+        if req.method() != http::Method::GET {
+            return Some(
+                Status {
+                    code: 405,
+                    reason: "MethodNotAllowed",
+                    message: format!(
+                        "the server does not allow this method on the requested resource: {}",
+                        req.method()
+                    ),
+                    details: None,
+                }
+                .response(),
+            );
+        }
+        let params = Params::parse(req.uri().query());
+        let table = req
+            .headers()
+            .get_all(http::header::ACCEPT)
+            .iter()
+            .any(|v| v.to_str().is_ok_and(|v| v.contains("as=Table")));
+        let response = match route {
+            Route::Get(kind, ns, name) => self.get_one(kind, ns, name, table),
+            Route::List(kind, ns) if params.watch => self.watch(kind, ns, &params),
+            Route::List(kind, ns) => self.list(kind, ns, &params, table),
+        };
+        Some(response.unwrap_or_else(|status| status.response()))
+    }
+
+    fn get_one(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        table: bool,
+    ) -> Result<http::Response<Body>, Status> {
+        let key = (ns.to_owned(), name.to_owned());
+        let state = self.shared.state.lock();
+        let object = state
+            .map(kind)
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| Status::not_found(kind, name))?;
+        let rv = state.rv;
+        drop(state);
+        let body = if table {
+            serde_json::to_vec(&table_json(kind, rv, &[object], None))
+        } else {
+            serde_json::to_vec(&*object)
+        };
+        Ok(json_response(200, body.unwrap_or_default()))
+    }
+
+    fn page(&self, kind: Kind, filter: &Filter, params: &Params) -> Result<Page, Status> {
+        let state = self.shared.state.lock();
+        let (snapshot_rv, after) = match params.continue_token.as_deref() {
+            Some(token) => {
+                let (rv, key) = decode_continue(token)
+                    .ok_or_else(|| Status::bad_request("continue key is not valid".into()))?;
+                if rv < state.compacted_rv {
+                    return Err(Status::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                    ));
+                }
+                (rv, Some(key))
+            }
+            None => {
+                let exact = match params.resource_version_match.as_deref() {
+                    Some("Exact") => true,
+                    Some("NotOlderThan") | None => {
+                        // Legacy semantics: a non-zero version with a limit is exact.
+                        params.resource_version_match.is_none() && params.limit.is_some()
+                    }
+                    Some(other) => {
+                        return Err(Status::bad_request(format!(
+                            "resourceVersionMatch: Unsupported value: \"{other}\""
+                        )));
+                    }
+                };
+                match params.resource_version.as_deref() {
+                    None | Some("0") => (state.rv, None),
+                    Some(rv) => {
+                        let rv = parse_rv(rv)?;
+                        if rv > state.rv {
+                            return Err(Status::too_large(rv));
+                        }
+                        if !exact {
+                            (state.rv, None)
+                        } else if rv < state.compacted_rv {
+                            return Err(too_old(rv, &state));
+                        } else {
+                            (rv, None)
+                        }
+                    }
+                }
+            }
+        };
+        // Objects as they were at the snapshot: the first change after it holds the old value.
+        let mut overlay: BTreeMap<&Key, Option<&Arc<Value>>> = BTreeMap::new();
+        for change in state.changes_after(snapshot_rv) {
+            if change.kind == kind {
+                overlay.entry(&change.key).or_insert(change.prev.as_ref());
+            }
+        }
+        let namespace = filter.namespace.clone();
+        let lower: Bound<Key> = match (&after, &namespace) {
+            (Some(key), _) => Bound::Excluded(key.clone()),
+            (None, Some(ns)) => Bound::Included((ns.clone(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let lower_ref: Bound<&Key> = match &lower {
+            Bound::Included(k) => Bound::Included(k),
+            Bound::Excluded(k) => Bound::Excluded(k),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let mut current = state
+            .map(kind)
+            .range::<Key, _>((lower.clone(), Bound::Unbounded))
+            .peekable();
+        let mut old = overlay
+            .range::<&Key, _>((lower_ref, Bound::Unbounded))
+            .peekable();
+        let limit = params.limit.unwrap_or(usize::MAX);
+        let mut items = Vec::new();
+        let mut last: Option<Key> = None;
+        let mut continue_token = None;
+        loop {
+            let (key, value): (&Key, Option<&Arc<Value>>) = match (current.peek(), old.peek()) {
+                (None, None) => break,
+                (Some((ck, _)), Some((ok, _))) if *ck == **ok => {
+                    current.next();
+                    match old.next() {
+                        Some((k, v)) => (*k, *v),
+                        None => break,
+                    }
+                }
+                (Some((ck, _)), Some((ok, _))) if **ok < *ck => match old.next() {
+                    Some((k, v)) => (*k, *v),
+                    None => break,
+                },
+                (Some(_), _) => match current.next() {
+                    Some((k, v)) => (k, Some(v)),
+                    None => break,
+                },
+                (None, Some(_)) => match old.next() {
+                    Some((k, v)) => (*k, *v),
+                    None => break,
+                },
+            };
+            if namespace.as_deref().is_some_and(|ns| key.0 != ns) {
+                break;
+            }
+            if items.len() == limit {
+                continue_token = last.as_ref().map(|k| encode_continue(snapshot_rv, k));
+                break;
+            }
+            last = Some(key.clone());
+            if let Some(value) = value.filter(|v| filter.matches(v)) {
+                items.push(value.clone());
+            }
+        }
+        Ok(Page {
+            rv: snapshot_rv,
+            items,
+            continue_token,
+        })
+    }
+
+    fn list(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        params: &Params,
+        table: bool,
+    ) -> Result<http::Response<Body>, Status> {
+        let filter = Filter::new(kind, ns, params).map_err(Status::bad_request)?;
+        let page = self.page(kind, &filter, params)?;
+        self.shared
+            .lists_served
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if table {
+            let body = table_json(kind, page.rv, &page.items, page.continue_token.as_deref());
+            return Ok(json_response(
+                200,
+                serde_json::to_vec(&body).unwrap_or_default(),
+            ));
+        }
+        let mut metadata = json!({"resourceVersion": page.rv.to_string()});
+        if let Some(token) = &page.continue_token {
+            metadata["continue"] = json!(token);
+        }
+        let mut body = Vec::with_capacity(256 + page.items.len() * 2048);
+        body.extend_from_slice(
+            format!(
+                "{{\"kind\":\"{}List\",\"apiVersion\":\"v1\",\"metadata\":{metadata},\"items\":[",
+                kind.name()
+            )
+            .as_bytes(),
+        );
+        for (i, item) in page.items.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            if serde_json::to_writer(&mut body, &**item).is_err() {
+                return Err(Status::bad_request("unencodable object".into()));
+            }
+        }
+        body.extend_from_slice(b"]}");
+        Ok(json_response(200, body))
+    }
+
+    fn watch(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+        params: &Params,
+    ) -> Result<http::Response<Body>, Status> {
+        let filter = Filter::new(kind, ns, params).map_err(Status::bad_request)?;
+        let timeout = params
+            .timeout_seconds
+            .filter(|&s| s > 0)
+            .map(Duration::from_secs)
+            .unwrap_or(self.shared.default_watch_timeout);
+        let requested = match params.resource_version.as_deref() {
+            None | Some("0") => None,
+            Some(rv) => Some(parse_rv(rv)?),
+        };
+        let now = Instant::now();
+        let interval = self.shared.bookmark_interval;
+        let mut watch = Watch {
+            objects: self.clone(),
+            kind,
+            filter,
+            rv: 0,
+            deadline: now + timeout,
+            next_bookmark: params.allow_bookmarks.then(|| now + interval),
+            changed: self.shared.changed.subscribe(),
+            pending: VecDeque::new(),
+            done: false,
+        };
+        watch.changed.borrow_and_update();
+        let state = self.shared.state.lock();
+        match requested {
+            Some(rv) if !params.send_initial_events => watch.rv = rv,
+            _ => {
+                // Synthetic ADDED events for the current state, as kube-apiserver sends for a
+                // watch from "", "0" or with sendInitialEvents.
+                watch.rv = state.rv;
+                for object in state.map(kind).values() {
+                    if watch.filter.matches(object) {
+                        watch.push("ADDED", object);
+                    }
+                }
+                if params.send_initial_events && params.allow_bookmarks {
+                    let mark = bookmark(kind, state.rv, true);
+                    watch.push("BOOKMARK", &mark);
+                }
+            }
+        }
+        drop(state);
+        let stream = futures::stream::unfold(watch, Watch::next_frame);
+        let mut response = http::Response::new(StreamBody::new(stream).boxed());
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok(response)
+    }
+}
+
+fn bookmark(kind: Kind, rv: u64, initial_events_end: bool) -> Value {
+    let mut mark = json!({
+        "kind": kind.name(),
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": rv.to_string(), "creationTimestamp": null}
+    });
+    if initial_events_end {
+        mark["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    mark
+}
+
+/// One watch stream's cursor.
+struct Watch {
+    objects: Objects,
+    kind: Kind,
+    filter: Filter,
+    /// Every change up to this resourceVersion has been considered.
+    rv: u64,
+    deadline: Instant,
+    next_bookmark: Option<Instant>,
+    changed: tokio::sync::watch::Receiver<u64>,
+    pending: VecDeque<Bytes>,
+    done: bool,
+}
+
+impl Watch {
+    fn push(&mut self, kind: &str, object: &Value) {
+        let mut line =
+            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        line.push(b'\n');
+        self.pending.push_back(Bytes::from(line));
+    }
+
+    /// The event a change means for this watch (kube-apiserver `cacheWatcher`): an object
+    /// entering the selection is ADDED, leaving it DELETED (its previous state, with the
+    /// change's resourceVersion).
+    fn event(&mut self, change: &Change) {
+        let cur = change.cur.as_ref().filter(|c| self.filter.matches(c));
+        let prev = change.prev.as_ref().filter(|p| self.filter.matches(p));
+        match (cur, prev) {
+            (Some(cur), None) => self.push("ADDED", &cur.clone()),
+            (Some(cur), Some(_)) => self.push("MODIFIED", &cur.clone()),
+            (None, Some(prev)) => {
+                let mut gone = (**prev).clone();
+                gone["metadata"]["resourceVersion"] = json!(change.rv.to_string());
+                self.push("DELETED", &gone);
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// Queues the events of every change since the cursor, or a 410 when they are gone.
+    fn catch_up(&mut self) {
+        let objects = self.objects.clone();
+        let state = objects.shared.state.lock();
+        if self.rv < state.compacted_rv {
+            let status = too_old(self.rv, &state).json();
+            self.push("ERROR", &status);
+            self.done = true;
+            return;
+        }
+        for change in state.changes_after(self.rv) {
+            if change.kind == self.kind {
+                self.event(change);
+            }
+        }
+        self.rv = self.rv.max(state.rv);
+    }
+
+    async fn next_frame(mut self) -> Option<(Result<Frame<Bytes>, std::io::Error>, Watch)> {
+        loop {
+            if let Some(line) = self.pending.pop_front() {
+                return Some((Ok(Frame::data(line)), self));
+            }
+            if self.done {
+                return None;
+            }
+            self.changed.borrow_and_update();
+            if !self
+                .objects
+                .shared
+                .paused
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                self.catch_up();
+            }
+            if !self.pending.is_empty() || self.done {
+                continue;
+            }
+            let far = self.deadline + Duration::from_secs(1);
+            tokio::select! {
+                changed = self.changed.changed() => {
+                    if changed.is_err() {
+                        self.done = true;
+                    }
+                }
+                () = tokio::time::sleep_until(self.next_bookmark.unwrap_or(far)), if self.next_bookmark.is_some() => {
+                    let mark = bookmark(self.kind, self.rv, false);
+                    self.push("BOOKMARK", &mark);
+                    self.next_bookmark = Some(Instant::now() + self.objects.shared.bookmark_interval);
+                }
+                () = tokio::time::sleep_until(self.deadline) => self.done = true,
+            }
+        }
+    }
+}
+
+/// Go's `duration.HumanDuration`, as kubectl's AGE column shows it.
+fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (m, h, d) = (s / 60, s / 3600, s / 86_400);
+    if s < 120 {
+        format!("{s}s")
+    } else if m < 10 {
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
+    } else if m < 180 {
+        format!("{m}m")
+    } else if h < 8 {
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 192 {
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
+    } else if d < 730 {
+        format!("{d}d")
+    } else {
+        format!("{}y", d / 365)
+    }
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SSZ` into Unix seconds.
+fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() != 20 || b[4] != b'-' || b[10] != b'T' || b[19] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    // Howard Hinnant's days_from_civil.
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + mi * 60 + se)
+}
+
+fn age(object: &Value) -> String {
+    let now = parse_rfc3339(&build::now_rfc3339()).unwrap_or(0);
+    match object["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(parse_rfc3339)
+    {
+        Some(created) => human_duration(now - created),
+        None => "<unknown>".to_owned(),
+    }
+}
+
+fn column(name: &str, kind: &str, format: &str, priority: u32) -> Value {
+    json!({"name": name, "type": kind, "format": format, "description": "", "priority": priority})
+}
+
+/// A `meta.k8s.io/v1` Table, with the columns kube-apiserver prints for the kind.
+fn table_json(kind: Kind, rv: u64, items: &[Arc<Value>], continue_token: Option<&str>) -> Value {
+    let columns = match kind {
+        Kind::Node => vec![
+            column("Name", "string", "name", 0),
+            column("Status", "string", "", 0),
+            column("Roles", "string", "", 0),
+            column("Age", "string", "", 0),
+            column("Version", "string", "", 0),
+        ],
+        Kind::Pod => vec![
+            column("Name", "string", "name", 0),
+            column("Ready", "string", "", 0),
+            column("Status", "string", "", 0),
+            column("Restarts", "string", "", 0),
+            column("Age", "string", "", 0),
+            column("Node", "string", "", 1),
+        ],
+        Kind::ConfigMap => vec![
+            column("Name", "string", "name", 0),
+            column("Data", "integer", "", 0),
+            column("Age", "string", "", 0),
+        ],
+    };
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| {
+            let name = o["metadata"]["name"].clone();
+            let cells = match kind {
+                Kind::Node => {
+                    let ready = o["status"]["conditions"]
+                        .as_array()
+                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                        .is_some_and(|c| c["status"] == "True");
+                    let roles: Vec<&str> = o["metadata"]["labels"]
+                        .as_object()
+                        .map(|ls| {
+                            ls.keys()
+                                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let roles = if roles.is_empty() { "<none>".to_owned() } else { roles.join(",") };
+                    json!([name, if ready { "Ready" } else { "NotReady" }, roles, age(o), o["status"]["nodeInfo"]["kubeletVersion"]])
+                }
+                Kind::Pod => {
+                    let statuses = o["status"]["containerStatuses"].as_array();
+                    let total = o["spec"]["containers"].as_array().map_or(0, Vec::len);
+                    let ready = statuses.map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
+                    let restarts: i64 = statuses.map_or(0, |s| s.iter().filter_map(|c| c["restartCount"].as_i64()).sum());
+                    let phase = o["status"]["phase"].as_str().unwrap_or("Unknown");
+                    let phase = if phase == "Succeeded" { "Completed" } else { phase };
+                    json!([name, format!("{ready}/{total}"), phase, restarts, age(o), o["spec"]["nodeName"].as_str().unwrap_or("<none>")])
+                }
+                Kind::ConfigMap => {
+                    let data = o["data"].as_object().map_or(0, serde_json::Map::len);
+                    json!([name, data, age(o)])
+                }
+            };
+            json!({
+                "cells": cells,
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
+            })
+        })
+        .collect();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
+    }
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": metadata,
+        "columnDefinitions": columns,
+        "rows": rows,
+    })
+}
+
+/// Serves [`Objects::handle`] over HTTPS (HTTP/1.1 and HTTP/2) on `listener` until `shutdown`;
+/// other paths get a 404 Status. For tests; the simulated control plane composes `handle`
+/// into its own router.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    objects: Objects,
+    shutdown: CancellationToken,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok((tcp, _)) = accepted else { continue };
+        let acceptor = acceptor.clone();
+        let objects = objects.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let objects = objects.clone();
+                    async move {
+                        let response = match objects.handle(req).await {
+                            Some(response) => response,
+                            None => Status {
+                                code: 404,
+                                reason: "NotFound",
+                                message: "the server could not find the requested resource".into(),
+                                details: None,
+                            }
+                            .response(),
+                        };
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
+                });
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+            tokio::select! {
+                _ = connection => {}
+                () = shutdown.cancelled() => {}
+            }
+        });
+    }
+    connections.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_durations_read_like_kubectl() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(150), "2m30s");
+        assert_eq!(human_duration(3600), "60m");
+        assert_eq!(human_duration(5 * 3600 + 60), "5h1m");
+        assert_eq!(human_duration(3 * 86_400), "3d");
+    }
+
+    #[test]
+    fn rfc3339_round_trips() {
+        for t in [0, 1_748_855_671, 951_782_400] {
+            assert_eq!(parse_rfc3339(&build::rfc3339(t)), Some(t));
+        }
+        assert_eq!(parse_rfc3339("2025-06-02 09:14:31"), None);
+    }
+
+    #[test]
+    fn routes() {
+        assert!(matches!(
+            route("/api/v1/nodes"),
+            Some(Route::List(Kind::Node, None))
+        ));
+        assert!(matches!(
+            route("/api/v1/namespaces/a/pods/b"),
+            Some(Route::Get(Kind::Pod, "a", "b"))
+        ));
+        assert!(matches!(
+            route("/api/v1/namespaces/a/configmaps"),
+            Some(Route::List(Kind::ConfigMap, Some("a")))
+        ));
+        assert!(route("/api/v1/namespaces/a/nodes").is_none());
+        assert!(route("/apis/metrics.k8s.io/v1beta1/nodes").is_none());
+        assert!(route("/api/v1/services").is_none());
+    }
+}
