@@ -274,10 +274,10 @@ pub fn pod_json(
             "qosClass": "Burstable"
         }
     });
-    if node.is_empty() {
-        if let Some(spec) = pod["spec"].as_object_mut() {
-            spec.remove("nodeName");
-        }
+    if node.is_empty()
+        && let Some(spec) = pod["spec"].as_object_mut()
+    {
+        spec.remove("nodeName");
     }
     pod
 }

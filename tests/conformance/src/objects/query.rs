@@ -253,10 +253,10 @@ impl Filter {
     }
 
     pub(crate) fn matches(&self, object: &Value) -> bool {
-        if let Some(namespace) = &self.namespace {
-            if object["metadata"]["namespace"].as_str() != Some(namespace) {
-                return false;
-            }
+        if let Some(namespace) = &self.namespace
+            && object["metadata"]["namespace"].as_str() != Some(namespace)
+        {
+            return false;
         }
         self.labels.matches(object) && self.fields.matches(object)
     }
