@@ -430,5 +430,5 @@ fn memory_per_pod() {
         "RSS per slim pod record: {per_pod:.0} bytes ({} pods)",
         inv.pod_count()
     );
-    assert!(per_pod < 1400.0, "a slim pod costs {per_pod} bytes");
+    assert!(per_pod < 600.0, "a slim pod costs {per_pod} bytes");
 }

@@ -781,6 +781,101 @@ mod tests {
         assert_eq!(parse_rfc3339("2025-06-02 09:14:31"), None);
     }
 
+    async fn call(objects: &Objects, uri: &str, accept: &str) -> (u16, Value) {
+        let req = http::Request::get(uri)
+            .header(http::header::ACCEPT, accept)
+            .body(())
+            .expect("request");
+        let response = objects.handle(req).await.expect("served path");
+        let code = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (code, serde_json::from_slice(&body).expect("json"))
+    }
+
+    #[tokio::test]
+    async fn tables_for_kubectl_get() {
+        let objects = Objects::new();
+        objects.add_node(
+            "n1",
+            &[("node-role.kubernetes.io/control-plane", "")],
+            &[("InternalIP", "10.0.0.1")],
+            10250,
+        );
+        objects.add_pod(
+            "default",
+            "p",
+            "n1",
+            &[],
+            "Running",
+            &[super::super::ContainerSpec::new("c")],
+        );
+        let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+        let (code, nodes) = call(&objects, "/api/v1/nodes", table).await;
+        assert_eq!(code, 200);
+        assert_eq!(nodes["kind"], "Table");
+        assert_eq!(nodes["rows"][0]["cells"][0], "n1");
+        assert_eq!(nodes["rows"][0]["cells"][1], "Ready");
+        assert_eq!(nodes["rows"][0]["cells"][2], "control-plane");
+        assert_eq!(nodes["rows"][0]["cells"][4], "v1.33.1");
+        assert_eq!(nodes["rows"][0]["object"]["metadata"]["name"], "n1");
+        let (_, pods) = call(&objects, "/api/v1/namespaces/default/pods", table).await;
+        assert_eq!(pods["rows"][0]["cells"][1], "1/1");
+        assert_eq!(pods["rows"][0]["cells"][2], "Running");
+        let (_, plain) = call(&objects, "/api/v1/pods", "application/json").await;
+        assert_eq!(plain["kind"], "PodList");
+        assert_eq!(
+            plain["items"][0]["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "100m"
+        );
+    }
+
+    #[tokio::test]
+    async fn errors_are_status_objects() {
+        let objects = Objects::new();
+        let (code, status) = call(&objects, "/api/v1/nodes/gone", "application/json").await;
+        assert_eq!(code, 404);
+        assert_eq!(
+            status,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "nodes \"gone\" not found", "reason": "NotFound",
+                   "details": {"name": "gone", "kind": "nodes"}, "code": 404})
+        );
+        let rv = objects.add_node("n1", &[], &[], 10250);
+        objects.compact();
+        let (code, status) = call(
+            &objects,
+            &format!(
+                "/api/v1/nodes?resourceVersion={}&resourceVersionMatch=Exact",
+                rv - 1
+            ),
+            "",
+        )
+        .await;
+        assert_eq!((code, status["reason"].as_str()), (410, Some("Expired")));
+        assert_eq!(
+            status["message"],
+            format!("too old resource version: {} ({rv})", rv - 1)
+        );
+        let (code, _) = call(&objects, "/api/v1/nodes?labelSelector=a%20in%20b", "").await;
+        assert_eq!(code, 400);
+        let post = http::Request::post("/api/v1/nodes")
+            .body(())
+            .expect("request");
+        let response = objects.handle(post).await.expect("served");
+        assert_eq!(response.status().as_u16(), 405);
+        assert!(
+            objects
+                .handle(http::Request::get("/healthz").body(()).expect("request"))
+                .await
+                .is_none()
+        );
+    }
+
     #[test]
     fn routes() {
         assert!(matches!(
