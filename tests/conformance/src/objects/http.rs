@@ -10,13 +10,14 @@ use base64::Engine;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::Frame;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::query::{Filter, Params};
-use super::{Change, Key, Kind, Objects, State, build};
+use super::table::table_json;
+use super::watch::{Watch, bookmark};
+use super::{Key, Kind, Objects, State};
 
 /// The response body of [`Objects::handle`]: a whole JSON document, or for a watch a stream of
 /// newline-terminated JSON events, one per frame. Errors never occur (the type is
@@ -25,7 +26,7 @@ pub type Body = BoxBody<Bytes, std::io::Error>;
 
 /// A Kubernetes `Status` failure.
 #[derive(Debug)]
-struct Status {
+pub(crate) struct Status {
     code: u16,
     reason: &'static str,
     message: String,
@@ -69,7 +70,7 @@ impl Status {
         }
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
@@ -162,7 +163,7 @@ fn parse_rv(rv: &str) -> Result<u64, Status> {
         .map_err(|_| Status::bad_request(format!("invalid resource version: {rv}")))
 }
 
-fn too_old(rv: u64, state: &State) -> Status {
+pub(crate) fn too_old(rv: u64, state: &State) -> Status {
     Status::expired(format!(
         "too old resource version: {rv} ({})",
         state.compacted_rv
@@ -450,262 +451,6 @@ impl Objects {
     }
 }
 
-fn bookmark(kind: Kind, rv: u64, initial_events_end: bool) -> Value {
-    let mut mark = json!({
-        "kind": kind.name(),
-        "apiVersion": "v1",
-        "metadata": {"resourceVersion": rv.to_string(), "creationTimestamp": null}
-    });
-    if initial_events_end {
-        mark["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-    }
-    mark
-}
-
-/// One watch stream's cursor.
-struct Watch {
-    objects: Objects,
-    kind: Kind,
-    filter: Filter,
-    /// Every change up to this resourceVersion has been considered.
-    rv: u64,
-    deadline: Instant,
-    next_bookmark: Option<Instant>,
-    changed: tokio::sync::watch::Receiver<u64>,
-    pending: VecDeque<Bytes>,
-    done: bool,
-}
-
-impl Watch {
-    fn push(&mut self, kind: &str, object: &Value) {
-        let mut line =
-            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-        line.push(b'\n');
-        self.pending.push_back(Bytes::from(line));
-    }
-
-    /// The event a change means for this watch (kube-apiserver `cacheWatcher`): an object
-    /// entering the selection is ADDED, leaving it DELETED (its previous state, with the
-    /// change's resourceVersion).
-    fn event(&mut self, change: &Change) {
-        let cur = change.cur.as_ref().filter(|c| self.filter.matches(c));
-        let prev = change.prev.as_ref().filter(|p| self.filter.matches(p));
-        match (cur, prev) {
-            (Some(cur), None) => self.push("ADDED", &cur.clone()),
-            (Some(cur), Some(_)) => self.push("MODIFIED", &cur.clone()),
-            (None, Some(prev)) => {
-                let mut gone = (**prev).clone();
-                gone["metadata"]["resourceVersion"] = json!(change.rv.to_string());
-                self.push("DELETED", &gone);
-            }
-            (None, None) => {}
-        }
-    }
-
-    /// Queues the events of every change since the cursor, or a 410 when they are gone.
-    fn catch_up(&mut self) {
-        let objects = self.objects.clone();
-        let state = objects.shared.state.lock();
-        if self.rv < state.compacted_rv {
-            let status = too_old(self.rv, &state).json();
-            self.push("ERROR", &status);
-            self.done = true;
-            return;
-        }
-        for change in state.changes_after(self.rv) {
-            if change.kind == self.kind {
-                self.event(change);
-            }
-        }
-        self.rv = self.rv.max(state.rv);
-    }
-
-    async fn next_frame(mut self) -> Option<(Result<Frame<Bytes>, std::io::Error>, Watch)> {
-        loop {
-            if let Some(line) = self.pending.pop_front() {
-                return Some((Ok(Frame::data(line)), self));
-            }
-            if self.done {
-                return None;
-            }
-            self.changed.borrow_and_update();
-            if !self
-                .objects
-                .shared
-                .paused
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                self.catch_up();
-            }
-            if !self.pending.is_empty() || self.done {
-                continue;
-            }
-            let far = self.deadline + Duration::from_secs(1);
-            tokio::select! {
-                changed = self.changed.changed() => {
-                    if changed.is_err() {
-                        self.done = true;
-                    }
-                }
-                () = tokio::time::sleep_until(self.next_bookmark.unwrap_or(far)), if self.next_bookmark.is_some() => {
-                    let mark = bookmark(self.kind, self.rv, false);
-                    self.push("BOOKMARK", &mark);
-                    self.next_bookmark = Some(Instant::now() + self.objects.shared.bookmark_interval);
-                }
-                () = tokio::time::sleep_until(self.deadline) => self.done = true,
-            }
-        }
-    }
-}
-
-/// Go's `duration.HumanDuration`, as kubectl's AGE column shows it.
-fn human_duration(seconds: i64) -> String {
-    let s = seconds.max(0);
-    let (m, h, d) = (s / 60, s / 3600, s / 86_400);
-    if s < 120 {
-        format!("{s}s")
-    } else if m < 10 {
-        if s % 60 == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{}s", s % 60)
-        }
-    } else if m < 180 {
-        format!("{m}m")
-    } else if h < 8 {
-        if m % 60 == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{}m", m % 60)
-        }
-    } else if h < 48 {
-        format!("{h}h")
-    } else if h < 192 {
-        if h % 24 == 0 {
-            format!("{d}d")
-        } else {
-            format!("{d}d{}h", h % 24)
-        }
-    } else if d < 730 {
-        format!("{d}d")
-    } else {
-        format!("{}y", d / 365)
-    }
-}
-
-/// Parses `YYYY-MM-DDTHH:MM:SSZ` into Unix seconds.
-fn parse_rfc3339(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() != 20 || b[4] != b'-' || b[10] != b'T' || b[19] != b'Z' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    // Howard Hinnant's days_from_civil.
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + mi * 60 + se)
-}
-
-fn age(object: &Value) -> String {
-    let now = parse_rfc3339(&build::now_rfc3339()).unwrap_or(0);
-    match object["metadata"]["creationTimestamp"]
-        .as_str()
-        .and_then(parse_rfc3339)
-    {
-        Some(created) => human_duration(now - created),
-        None => "<unknown>".to_owned(),
-    }
-}
-
-fn column(name: &str, kind: &str, format: &str, priority: u32) -> Value {
-    json!({"name": name, "type": kind, "format": format, "description": "", "priority": priority})
-}
-
-/// A `meta.k8s.io/v1` Table, with the columns kube-apiserver prints for the kind.
-fn table_json(kind: Kind, rv: u64, items: &[Arc<Value>], continue_token: Option<&str>) -> Value {
-    let columns = match kind {
-        Kind::Node => vec![
-            column("Name", "string", "name", 0),
-            column("Status", "string", "", 0),
-            column("Roles", "string", "", 0),
-            column("Age", "string", "", 0),
-            column("Version", "string", "", 0),
-        ],
-        Kind::Pod => vec![
-            column("Name", "string", "name", 0),
-            column("Ready", "string", "", 0),
-            column("Status", "string", "", 0),
-            column("Restarts", "string", "", 0),
-            column("Age", "string", "", 0),
-            column("Node", "string", "", 1),
-        ],
-        Kind::ConfigMap => vec![
-            column("Name", "string", "name", 0),
-            column("Data", "integer", "", 0),
-            column("Age", "string", "", 0),
-        ],
-    };
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|o| {
-            let name = o["metadata"]["name"].clone();
-            let cells = match kind {
-                Kind::Node => {
-                    let ready = o["status"]["conditions"]
-                        .as_array()
-                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-                        .is_some_and(|c| c["status"] == "True");
-                    let roles: Vec<&str> = o["metadata"]["labels"]
-                        .as_object()
-                        .map(|ls| {
-                            ls.keys()
-                                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let roles = if roles.is_empty() { "<none>".to_owned() } else { roles.join(",") };
-                    json!([name, if ready { "Ready" } else { "NotReady" }, roles, age(o), o["status"]["nodeInfo"]["kubeletVersion"]])
-                }
-                Kind::Pod => {
-                    let statuses = o["status"]["containerStatuses"].as_array();
-                    let total = o["spec"]["containers"].as_array().map_or(0, Vec::len);
-                    let ready = statuses.map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
-                    let restarts: i64 = statuses.map_or(0, |s| s.iter().filter_map(|c| c["restartCount"].as_i64()).sum());
-                    let phase = o["status"]["phase"].as_str().unwrap_or("Unknown");
-                    let phase = if phase == "Succeeded" { "Completed" } else { phase };
-                    json!([name, format!("{ready}/{total}"), phase, restarts, age(o), o["spec"]["nodeName"].as_str().unwrap_or("<none>")])
-                }
-                Kind::ConfigMap => {
-                    let data = o["data"].as_object().map_or(0, serde_json::Map::len);
-                    json!([name, data, age(o)])
-                }
-            };
-            json!({
-                "cells": cells,
-                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
-            })
-        })
-        .collect();
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if let Some(token) = continue_token {
-        metadata["continue"] = json!(token);
-    }
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": metadata,
-        "columnDefinitions": columns,
-        "rows": rows,
-    })
-}
-
 /// Serves [`Objects::handle`] over HTTPS (HTTP/1.1 and HTTP/2) on `listener` until `shutdown`;
 /// other paths get a 404 Status. For tests; the simulated control plane composes `handle`
 /// into its own router.
@@ -763,23 +508,6 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn human_durations_read_like_kubectl() {
-        assert_eq!(human_duration(5), "5s");
-        assert_eq!(human_duration(150), "2m30s");
-        assert_eq!(human_duration(3600), "60m");
-        assert_eq!(human_duration(5 * 3600 + 60), "5h1m");
-        assert_eq!(human_duration(3 * 86_400), "3d");
-    }
-
-    #[test]
-    fn rfc3339_round_trips() {
-        for t in [0, 1_748_855_671, 951_782_400] {
-            assert_eq!(parse_rfc3339(&build::rfc3339(t)), Some(t));
-        }
-        assert_eq!(parse_rfc3339("2025-06-02 09:14:31"), None);
-    }
 
     async fn call(objects: &Objects, uri: &str, accept: &str) -> (u16, Value) {
         let req = http::Request::get(uri)

@@ -11,7 +11,9 @@
 //! - this file: the store, its history and the mutations.
 //! - [`build`]: realistic Node, Pod and ConfigMap JSON.
 //! - `query`: query strings, label and field selectors.
-//! - `http`: routing, list, get, watch and Table responses, Status errors.
+//! - `http`: routing, list, get and watch responses, Status errors.
+//! - `table`: Table output for `kubectl get`.
+//! - `watch`: watch streams (selector transitions, bookmarks, deadline, 410).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -24,6 +26,8 @@ use serde_json::{Value, json};
 pub mod build;
 mod http;
 mod query;
+mod table;
+mod watch;
 
 pub use build::ContainerSpec;
 pub use http::{Body, serve};
