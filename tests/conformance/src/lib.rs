@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`kubelet`]: simulated kubelets (HTTPS, fault modes) and a time-driven workload model.
+//! - [`objects`]: an in-memory kube-apiserver for Nodes, Pods and ConfigMaps (list, get, watch).
 //! - [`payload`]: renders `/metrics/resource` and `/stats/summary` bodies from a node model.
 //! - [`controlplane`]: a kube-apiserver on the wire (discovery, reviews, core API, health).
 //! - [`aggregator`]: kube-aggregator: APIServices, availability, proxying with front-proxy auth.
@@ -10,4 +11,5 @@
 pub mod aggregator;
 pub mod controlplane;
 pub mod kubelet;
+pub mod objects;
 pub mod payload;

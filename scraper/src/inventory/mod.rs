@@ -1,0 +1,362 @@
+//! Which nodes and Running pods exist, as slim records.
+//!
+//! The [`Inventory`] is written by the watchers in [`watch`] and read by the scrape loop (which
+//! nodes to scrape) and the API (which pods exist, their labels). Readers copy `Arc`s out
+//! under a read lock and release it at once; a relist swaps a whole map in one step, so a
+//! reader never sees a half-empty inventory. Label strings and whole label sets are interned
+//! ([`Interner`]): the pods of one ReplicaSet share one `Labels` allocation.
+//!
+//! Mirrors metrics-server's node informer and metadata-only pod informer with
+//! `fieldSelector=status.phase=Running` (`pkg/server/config.go`), without keeping objects.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::point::{NodeName, PodKey};
+
+pub mod watch;
+
+#[cfg(test)]
+mod tests;
+
+/// Labels of a node or pod: sorted by key, strings interned.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Labels(pub Arc<[(Arc<str>, Arc<str>)]>);
+
+impl Labels {
+    /// The value of a label.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
+    /// Every (key, value), sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// No labels at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One `status.addresses` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddress {
+    /// `Hostname`, `InternalDNS`, `InternalIP`, `ExternalDNS`, `ExternalIP`.
+    pub kind: Arc<str>,
+    /// The address.
+    pub address: Arc<str>,
+}
+
+/// What is kept of a Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRecord {
+    /// `metadata.name`.
+    pub name: NodeName,
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// `status.addresses`, in order.
+    pub addresses: Vec<NodeAddress>,
+    /// `status.daemonEndpoints.kubeletEndpoint.Port`, when non-zero.
+    pub kubelet_port: Option<u16>,
+    /// The `metrics.k8s.io/resource-metrics-path` annotation.
+    pub metrics_path: Option<Arc<str>>,
+}
+
+/// What is kept of a Running Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRecord {
+    /// Namespace and name.
+    pub key: PodKey,
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// `spec.nodeName`.
+    pub node_name: Option<NodeName>,
+}
+
+/// A label set in the interner, looked up by its slice so a probe needs no allocation.
+#[derive(Debug, PartialEq, Eq)]
+struct LabelSet(Labels);
+
+impl Hash for LabelSet {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.0[..].hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[(Arc<str>, Arc<str>)]> for LabelSet {
+    fn borrow(&self) -> &[(Arc<str>, Arc<str>)] {
+        &self.0.0
+    }
+}
+
+#[derive(Debug, Default)]
+struct InternerState {
+    strings: HashSet<Arc<str>>,
+    label_sets: HashSet<LabelSet>,
+    /// Entry count above which the next insertion purges unused entries.
+    purge_at: usize,
+}
+
+/// The smallest `purge_at`: below this many entries the interner never purges.
+const INTERNER_MIN_PURGE_AT: usize = 4096;
+
+impl InternerState {
+    fn string(&mut self, s: &str) -> Arc<str> {
+        if let Some(found) = self.strings.get(s) {
+            return found.clone();
+        }
+        let new: Arc<str> = Arc::from(s);
+        self.strings.insert(new.clone());
+        self.maybe_purge();
+        new
+    }
+
+    fn maybe_purge(&mut self) {
+        if self.strings.len() + self.label_sets.len() > self.purge_at.max(INTERNER_MIN_PURGE_AT) {
+            self.purge();
+        }
+    }
+
+    /// Drops every entry nobody but the interner holds (label sets first: they hold strings).
+    fn purge(&mut self) {
+        self.label_sets
+            .retain(|set| Arc::strong_count(&set.0.0) > 1);
+        self.strings.retain(|s| Arc::strong_count(s) > 1);
+        self.purge_at = 2 * (self.strings.len() + self.label_sets.len());
+    }
+}
+
+/// Shares label keys, values, namespaces, node names and whole label sets between records.
+///
+/// Entries that no record uses any more are dropped when the interner has doubled since the
+/// last purge and at every relist, so label churn (a new `pod-template-hash` per rollout)
+/// does not grow it without bound.
+#[derive(Debug, Default)]
+pub struct Interner {
+    state: Mutex<InternerState>,
+}
+
+impl Interner {
+    /// An empty interner.
+    pub fn new() -> Self {
+        Interner::default()
+    }
+
+    /// The shared copy of `s`.
+    pub fn string(&self, s: &str) -> Arc<str> {
+        self.state.lock().string(s)
+    }
+
+    /// The shared label set for these pairs (any order; for a duplicated key the last wins).
+    pub fn labels<'a, I>(&self, pairs: I) -> Labels
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut sorted: Vec<(&str, &str)> = pairs.into_iter().collect();
+        if sorted.is_empty() {
+            return Labels::default();
+        }
+        // Stable sort keeps input order within a key, so the dedup below keeps the last one.
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        let mut deduped: Vec<(&str, &str)> = Vec::with_capacity(sorted.len());
+        for pair in sorted {
+            match deduped.last_mut() {
+                Some(last) if last.0 == pair.0 => *last = pair,
+                _ => deduped.push(pair),
+            }
+        }
+        let mut state = self.state.lock();
+        let interned: Vec<(Arc<str>, Arc<str>)> = deduped
+            .into_iter()
+            .map(|(k, v)| (state.string(k), state.string(v)))
+            .collect();
+        if let Some(found) = state.label_sets.get(&interned[..]) {
+            return found.0.clone();
+        }
+        let labels = Labels(Arc::from(interned));
+        state.label_sets.insert(LabelSet(labels.clone()));
+        state.maybe_purge();
+        labels
+    }
+
+    /// Drops every entry no record holds any more.
+    pub fn purge(&self) {
+        self.state.lock().purge();
+    }
+
+    /// How many strings and label sets are held.
+    pub fn len(&self) -> usize {
+        let state = self.state.lock();
+        state.strings.len() + state.label_sets.len()
+    }
+
+    /// Holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Pods by namespace, then by name: a namespace's pods are one map lookup away.
+#[derive(Debug, Default)]
+struct PodMap {
+    by_namespace: BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<PodRecord>>>,
+    len: usize,
+}
+
+impl PodMap {
+    fn insert(&mut self, pod: Arc<PodRecord>) {
+        let names = self
+            .by_namespace
+            .entry(pod.key.namespace.clone())
+            .or_default();
+        if names.insert(pod.key.name.clone(), pod).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        let names = self.by_namespace.get_mut(namespace)?;
+        let removed = names.remove(name)?;
+        if names.is_empty() {
+            self.by_namespace.remove(namespace);
+        }
+        self.len -= 1;
+        Some(removed)
+    }
+}
+
+/// The inventory: every node and every Running pod, as slim records.
+#[derive(Debug, Default)]
+pub struct Inventory {
+    nodes: RwLock<BTreeMap<NodeName, Arc<NodeRecord>>>,
+    pods: RwLock<PodMap>,
+    nodes_synced: AtomicBool,
+    pods_synced: AtomicBool,
+    interner: Interner,
+}
+
+impl Inventory {
+    /// An empty inventory.
+    pub fn new() -> Self {
+        Inventory::default()
+    }
+
+    /// The interner records of this inventory should be built with.
+    pub fn interner(&self) -> &Interner {
+        &self.interner
+    }
+
+    /// Adds or replaces a node.
+    pub fn upsert_node(&self, node: NodeRecord) {
+        let node = Arc::new(node);
+        let old = self.nodes.write().insert(node.name.clone(), node);
+        drop(old);
+    }
+
+    /// Removes a node.
+    pub fn remove_node(&self, name: &str) {
+        let old = self.nodes.write().remove(name);
+        drop(old);
+    }
+
+    /// Adds or replaces a pod.
+    pub fn upsert_pod(&self, pod: PodRecord) {
+        self.pods.write().insert(Arc::new(pod));
+    }
+
+    /// Removes a pod.
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        let old = self.pods.write().remove(namespace, name);
+        drop(old);
+    }
+
+    /// Replaces every node at once (a relist) and marks the node list as synced. Readers see
+    /// either the old set or the new one, never a mix. For a duplicated name the last wins.
+    pub fn replace_nodes(&self, nodes: Vec<NodeRecord>) {
+        let new: BTreeMap<NodeName, Arc<NodeRecord>> = nodes
+            .into_iter()
+            .map(|node| (node.name.clone(), Arc::new(node)))
+            .collect();
+        let old = std::mem::replace(&mut *self.nodes.write(), new);
+        self.nodes_synced.store(true, Ordering::Release);
+        // The old map is freed outside the lock.
+        drop(old);
+        self.interner.purge();
+    }
+
+    /// Replaces every pod at once (a relist) and marks the pod list as synced. Readers see
+    /// either the old set or the new one, never a mix. For a duplicated key the last wins.
+    pub fn replace_pods(&self, pods: Vec<PodRecord>) {
+        let mut new = PodMap::default();
+        for pod in pods {
+            new.insert(Arc::new(pod));
+        }
+        let old = std::mem::replace(&mut *self.pods.write(), new);
+        self.pods_synced.store(true, Ordering::Release);
+        drop(old);
+        self.interner.purge();
+    }
+
+    /// A node by name.
+    pub fn node(&self, name: &str) -> Option<Arc<NodeRecord>> {
+        self.nodes.read().get(name).cloned()
+    }
+
+    /// Every node, sorted by name.
+    pub fn nodes(&self) -> Vec<Arc<NodeRecord>> {
+        self.nodes.read().values().cloned().collect()
+    }
+
+    /// How many nodes there are.
+    pub fn node_count(&self) -> usize {
+        self.nodes.read().len()
+    }
+
+    /// A pod by namespace and name.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        self.pods
+            .read()
+            .by_namespace
+            .get(namespace)?
+            .get(name)
+            .cloned()
+    }
+
+    /// Every pod of a namespace (or of all namespaces), sorted by namespace then name.
+    pub fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>> {
+        let pods = self.pods.read();
+        match namespace {
+            Some(namespace) => pods
+                .by_namespace
+                .get(namespace)
+                .map(|names| names.values().cloned().collect())
+                .unwrap_or_default(),
+            None => {
+                let mut all = Vec::with_capacity(pods.len);
+                for names in pods.by_namespace.values() {
+                    all.extend(names.values().cloned());
+                }
+                all
+            }
+        }
+    }
+
+    /// How many Running pods there are.
+    pub fn pod_count(&self) -> usize {
+        self.pods.read().len
+    }
+
+    /// Whether the initial list of both nodes and pods has completed.
+    pub fn synced(&self) -> bool {
+        self.nodes_synced.load(Ordering::Acquire) && self.pods_synced.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,434 @@
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube::runtime::watcher::Event;
+
+use super::watch::{Applier, SlimNode, SlimPod};
+use super::*;
+
+const POD_JSON: &str = include_str!("testdata/pod.json");
+const NODE_JSON: &str = include_str!("testdata/node.json");
+
+fn pod(inv: &Inventory, ns: &str, name: &str, labels: &[(&str, &str)], node: &str) -> PodRecord {
+    PodRecord {
+        key: PodKey {
+            namespace: inv.interner().string(ns),
+            name: Arc::from(name),
+        },
+        labels: inv.interner().labels(labels.iter().copied()),
+        node_name: Some(NodeName(inv.interner().string(node))),
+    }
+}
+
+fn node(inv: &Inventory, name: &str) -> NodeRecord {
+    NodeRecord {
+        name: NodeName(inv.interner().string(name)),
+        labels: inv.interner().labels([("kubernetes.io/hostname", name)]),
+        addresses: vec![NodeAddress {
+            kind: Arc::from("InternalIP"),
+            address: Arc::from("10.0.0.1"),
+        }],
+        kubelet_port: Some(10250),
+        metrics_path: None,
+    }
+}
+
+fn keys(pods: &[Arc<PodRecord>]) -> Vec<String> {
+    pods.iter().map(|p| p.key.to_string()).collect()
+}
+
+#[test]
+fn pods_are_sorted_by_namespace_then_name_and_filtered_by_namespace() {
+    let inv = Inventory::new();
+    for (ns, name) in [
+        ("kube-system", "b"),
+        ("default", "z"),
+        ("kube-system", "a"),
+        ("default", "a"),
+        ("apps", "m"),
+    ] {
+        inv.upsert_pod(pod(&inv, ns, name, &[], "n1"));
+    }
+    assert_eq!(
+        keys(&inv.pods(None)),
+        [
+            "apps/m",
+            "default/a",
+            "default/z",
+            "kube-system/a",
+            "kube-system/b"
+        ]
+    );
+    assert_eq!(
+        keys(&inv.pods(Some("kube-system"))),
+        ["kube-system/a", "kube-system/b"]
+    );
+    assert!(inv.pods(Some("kube")).is_empty());
+    assert!(inv.pods(Some("nothing")).is_empty());
+    assert_eq!(inv.pod_count(), 5);
+
+    inv.remove_pod("apps", "m");
+    inv.remove_pod("apps", "never-existed");
+    assert!(inv.pods(Some("apps")).is_empty());
+    assert!(inv.pod("apps", "m").is_none());
+    assert_eq!(inv.pod_count(), 4);
+    assert_eq!(
+        inv.pod("default", "z").map(|p| p.key.to_string()),
+        Some("default/z".into())
+    );
+
+    // Upserting an existing pod replaces it and does not count it twice.
+    inv.upsert_pod(pod(&inv, "default", "z", &[("app", "new")], "n2"));
+    assert_eq!(inv.pod_count(), 4);
+    let z = inv.pod("default", "z");
+    assert_eq!(z.as_ref().and_then(|p| p.labels.get("app")), Some("new"));
+}
+
+#[test]
+fn nodes_are_sorted_by_name() {
+    let inv = Inventory::new();
+    for name in ["node-c", "node-a", "node-b"] {
+        inv.upsert_node(node(&inv, name));
+    }
+    let names: Vec<String> = inv.nodes().iter().map(|n| n.name.to_string()).collect();
+    assert_eq!(names, ["node-a", "node-b", "node-c"]);
+    inv.remove_node("node-b");
+    assert!(inv.node("node-b").is_none());
+    assert_eq!(inv.node_count(), 2);
+    assert_eq!(
+        inv.node("node-c").map(|n| n.kubelet_port),
+        Some(Some(10250))
+    );
+}
+
+#[test]
+fn replace_swaps_the_whole_set_and_marks_synced() {
+    let inv = Inventory::new();
+    inv.upsert_pod(pod(&inv, "default", "gone", &[], "n1"));
+    inv.upsert_node(node(&inv, "gone-node"));
+    assert!(!inv.synced());
+
+    inv.replace_pods(vec![pod(&inv, "default", "kept", &[], "n1")]);
+    assert!(!inv.synced(), "nodes have not been listed yet");
+    inv.replace_nodes(vec![node(&inv, "n1")]);
+    assert!(inv.synced());
+
+    assert_eq!(keys(&inv.pods(None)), ["default/kept"]);
+    assert_eq!(inv.pod_count(), 1);
+    assert!(inv.node("gone-node").is_none());
+    assert!(inv.node("n1").is_some());
+}
+
+#[test]
+fn readers_never_see_a_half_replaced_pod_set() {
+    let inv = Arc::new(Inventory::new());
+    let set_a: Vec<PodRecord> = (0..2000)
+        .map(|i| pod(&inv, "a", &format!("p{i:05}"), &[], "n"))
+        .collect();
+    let set_b: Vec<PodRecord> = (0..3000)
+        .map(|i| pod(&inv, "b", &format!("p{i:05}"), &[], "n"))
+        .collect();
+    inv.replace_pods(set_a.clone());
+    let writer = {
+        let inv = inv.clone();
+        std::thread::spawn(move || {
+            for round in 0..50 {
+                inv.replace_pods(if round % 2 == 0 {
+                    set_b.clone()
+                } else {
+                    set_a.clone()
+                });
+            }
+        })
+    };
+    while !writer.is_finished() {
+        let len = inv.pods(None).len();
+        assert!(
+            len == 2000 || len == 3000,
+            "saw a partial set of {len} pods"
+        );
+    }
+    assert!(writer.join().is_ok());
+}
+
+#[test]
+fn labels_are_interned_and_shared_between_pods() {
+    let inv = Inventory::new();
+    let a = pod(
+        &inv,
+        "default",
+        "a",
+        &[("app", "web"), ("tier", "front")],
+        "n1",
+    );
+    // Same labels in another order: the very same allocation.
+    let b = pod(
+        &inv,
+        "default",
+        "b",
+        &[("tier", "front"), ("app", "web")],
+        "n1",
+    );
+    assert!(Arc::ptr_eq(&a.labels.0, &b.labels.0));
+    assert!(Arc::ptr_eq(&a.key.namespace, &b.key.namespace));
+    let c = pod(&inv, "default", "c", &[("app", "web")], "n1");
+    assert!(!Arc::ptr_eq(&a.labels.0, &c.labels.0));
+    // Strings are shared across different label sets.
+    assert!(Arc::ptr_eq(&a.labels.0[0].1, &c.labels.0[0].1));
+    assert_eq!(
+        a.labels.iter().collect::<Vec<_>>(),
+        [("app", "web"), ("tier", "front")]
+    );
+    assert_eq!(a.labels.get("tier"), Some("front"));
+    assert_eq!(a.labels.get("nope"), None);
+}
+
+#[test]
+fn interner_last_duplicate_key_wins_and_empty_is_empty() {
+    let interner = Interner::new();
+    let labels = interner.labels([("a", "1"), ("b", "2"), ("a", "3")]);
+    assert_eq!(labels.iter().collect::<Vec<_>>(), [("a", "3"), ("b", "2")]);
+    assert!(interner.labels([]).is_empty());
+}
+
+#[test]
+fn interner_forgets_labels_nobody_uses() {
+    let interner = Interner::new();
+    let kept = interner.labels([("app", "kept")]);
+    for i in 0..20_000 {
+        // A rollout's worth of pod-template-hash values, each dropped at once.
+        let _ = interner.labels([("pod-template-hash", format!("h{i}").as_str())]);
+    }
+    assert!(
+        interner.len() < 10_000,
+        "interner grew to {}",
+        interner.len()
+    );
+    interner.purge();
+    // "app", "kept" and the set; "pod-template-hash" and the hashes are gone.
+    assert_eq!(interner.len(), 3);
+    let again = interner.labels([("app", "kept")]);
+    assert!(Arc::ptr_eq(&kept.0, &again.0));
+}
+
+#[test]
+fn slim_pod_decodes_from_a_real_pod_and_skips_the_rest() {
+    let slim: SlimPod = serde_json::from_str(POD_JSON).expect("pod decodes");
+    assert_eq!(slim.meta.name.as_deref(), Some("coredns-668d6bf9bc-8m2xq"));
+    assert_eq!(slim.meta.namespace.as_deref(), Some("kube-system"));
+    assert_eq!(
+        slim.meta.uid.as_deref(),
+        Some("6f1b9d0e-3c47-4a8e-9d0b-2f0b8e1c5a11")
+    );
+    assert_eq!(slim.meta.resource_version.as_deref(), Some("48213"));
+    assert!(slim.meta.managed_fields.is_none());
+    assert!(slim.meta.annotations.is_none());
+    assert!(slim.meta.owner_references.is_none());
+    assert!(
+        slim.meta.labels.is_none(),
+        "labels live in the slim field, not the ObjectMeta"
+    );
+    assert_eq!(slim.node_name.as_deref(), Some("kind-control-plane"));
+    assert!(slim.is_running());
+
+    let inv = Inventory::new();
+    let record = slim.to_record(inv.interner()).expect("record");
+    assert_eq!(
+        record.key.to_string(),
+        "kube-system/coredns-668d6bf9bc-8m2xq"
+    );
+    assert_eq!(
+        record.labels.iter().collect::<Vec<_>>(),
+        [("k8s-app", "kube-dns"), ("pod-template-hash", "668d6bf9bc")]
+    );
+    assert_eq!(
+        record.node_name.as_ref().map(|n| n.as_str()),
+        Some("kind-control-plane")
+    );
+}
+
+#[test]
+fn slim_decoding_never_parses_managed_fields() {
+    // A shape k8s-openapi's ObjectMeta would reject: only a decoder that skips it succeeds.
+    let mut pod: serde_json::Value = serde_json::from_str(POD_JSON).expect("json");
+    pod["metadata"]["managedFields"] = serde_json::json!("not a list");
+    pod["metadata"]["creationTimestamp"] = serde_json::json!(12);
+    let slim: SlimPod = serde_json::from_value(pod).expect("managedFields is not parsed");
+    assert_eq!(slim.meta.name.as_deref(), Some("coredns-668d6bf9bc-8m2xq"));
+    let mut node: serde_json::Value = serde_json::from_str(NODE_JSON).expect("json");
+    node["metadata"]["managedFields"] = serde_json::json!({"f:weird": true});
+    node["status"]["capacity"] = serde_json::json!("not a map");
+    let slim: SlimNode = serde_json::from_value(node).expect("managedFields is not parsed");
+    assert_eq!(slim.meta.name.as_deref(), Some("kind-worker"));
+}
+
+#[test]
+fn slim_node_keeps_addresses_port_labels_and_metrics_path() {
+    let slim: SlimNode = serde_json::from_str(NODE_JSON).expect("node decodes");
+    assert_eq!(slim.meta.resource_version.as_deref(), Some("51877"));
+    assert!(slim.meta.managed_fields.is_none());
+    let inv = Inventory::new();
+    let record = slim.to_record(inv.interner()).expect("record");
+    assert_eq!(record.name.as_str(), "kind-worker");
+    assert_eq!(record.kubelet_port, Some(10250));
+    assert_eq!(
+        record.metrics_path.as_deref(),
+        Some("/metrics/nodes/kind-worker/metrics/resource")
+    );
+    let addresses: Vec<(&str, &str)> = record
+        .addresses
+        .iter()
+        .map(|a| (&*a.kind, &*a.address))
+        .collect();
+    assert_eq!(
+        addresses,
+        [("InternalIP", "172.18.0.3"), ("Hostname", "kind-worker")]
+    );
+    assert_eq!(
+        record.labels.get("kubernetes.io/hostname"),
+        Some("kind-worker")
+    );
+    assert_eq!(record.labels.iter().count(), 5);
+}
+
+#[test]
+fn slim_node_without_status_or_with_port_zero() {
+    let slim: SlimNode =
+        serde_json::from_str(r#"{"metadata":{"name":"bare","labels":null,"annotations":null},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}}}}"#)
+            .expect("decodes");
+    let inv = Inventory::new();
+    let record = slim.to_record(inv.interner()).expect("record");
+    assert_eq!(record.kubelet_port, None);
+    assert!(record.addresses.is_empty());
+    assert!(record.labels.is_empty());
+    assert_eq!(record.metrics_path, None);
+    let slim: SlimNode = serde_json::from_str(r#"{"metadata":{"name":"big"},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":70000}}}}"#)
+        .expect("decodes");
+    assert_eq!(slim.kubelet_port, None, "out-of-range port is ignored");
+    let slim: SlimNode = serde_json::from_str(r#"{"metadata":{}}"#).expect("decodes");
+    assert!(
+        slim.to_record(inv.interner()).is_none(),
+        "a node without a name is not kept"
+    );
+}
+
+fn pod_event_object(name: &str, phase: &str) -> SlimPod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "resourceVersion": "7", "labels": {"app": "x"}},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": phase}
+    }))
+    .expect("decodes")
+}
+
+#[test]
+fn applier_buffers_a_relist_and_handles_phase_changes() {
+    let inv = Inventory::new();
+    let mut pods = Applier::new(watch::Pods(&inv));
+    pods.apply(Event::Init);
+    pods.apply(Event::InitApply(pod_event_object("a", "Running")));
+    pods.apply(Event::InitApply(pod_event_object("pending", "Pending")));
+    assert!(
+        inv.pods(None).is_empty(),
+        "nothing is visible before InitDone"
+    );
+    assert!(!inv.synced());
+    pods.apply(Event::InitDone);
+    assert_eq!(keys(&inv.pods(None)), ["default/a"]);
+
+    pods.apply(Event::Apply(pod_event_object("b", "Running")));
+    assert_eq!(keys(&inv.pods(None)), ["default/a", "default/b"]);
+    // A pod that finished, sent as an update: gone.
+    pods.apply(Event::Apply(pod_event_object("a", "Succeeded")));
+    assert_eq!(keys(&inv.pods(None)), ["default/b"]);
+    pods.apply(Event::Delete(pod_event_object("b", "Running")));
+    assert!(inv.pods(None).is_empty());
+
+    // A relist replaces the set: "c" appears, nothing else survives.
+    pods.apply(Event::Apply(pod_event_object("stale", "Running")));
+    pods.apply(Event::Init);
+    pods.apply(Event::InitApply(pod_event_object("c", "Running")));
+    assert_eq!(
+        keys(&inv.pods(None)),
+        ["default/stale"],
+        "old set visible during the relist"
+    );
+    pods.apply(Event::InitDone);
+    assert_eq!(keys(&inv.pods(None)), ["default/c"]);
+
+    // A relist that failed half-way and restarted does not keep the half.
+    pods.apply(Event::Init);
+    pods.apply(Event::InitApply(pod_event_object("half", "Running")));
+    pods.apply(Event::Init);
+    pods.apply(Event::InitApply(pod_event_object("d", "Running")));
+    pods.apply(Event::InitDone);
+    assert_eq!(keys(&inv.pods(None)), ["default/d"]);
+}
+
+fn big_inventory(pods: usize) -> (Inventory, Vec<PodRecord>) {
+    let inv = Inventory::new();
+    let records: Vec<PodRecord> = (0..pods)
+        .map(|i| {
+            let app = format!("app-{}", i / 50);
+            let hash = format!("{:010x}", (i / 50) * 7919);
+            pod(
+                &inv,
+                &format!("ns-{}", i % 300),
+                &format!("{app}-{hash}-{:05}", i % 100_000),
+                &[
+                    ("app", &app),
+                    ("pod-template-hash", &hash),
+                    ("team", "platform"),
+                ],
+                &format!("node-{:04}", i % 1500),
+            )
+        })
+        .collect();
+    (inv, records)
+}
+
+#[test]
+fn pods_none_at_150k_is_fast_enough() {
+    let (inv, records) = big_inventory(150_000);
+    inv.replace_pods(records);
+    assert_eq!(inv.pod_count(), 150_000);
+    let start = Instant::now();
+    let all = inv.pods(None);
+    let elapsed = start.elapsed();
+    assert_eq!(all.len(), 150_000);
+    assert!(
+        all.windows(2).all(|w| w[0].key < w[1].key),
+        "pods(None) is sorted by namespace then name"
+    );
+    let start = Instant::now();
+    let one_ns = inv.pods(Some("ns-7"));
+    let ns_elapsed = start.elapsed();
+    assert_eq!(one_ns.len(), 500);
+    println!("pods(None) at 150k: {elapsed:?}; pods(Some(ns)) of 500: {ns_elapsed:?}");
+    // Generous bound for an unoptimised build on a loaded 2-core machine.
+    assert!(elapsed.as_millis() < 500, "pods(None) took {elapsed:?}");
+}
+
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Run alone: `cargo test -p scraper --release -- --ignored memory_per_pod --nocapture
+/// --test-threads=1`.
+#[test]
+#[ignore = "measures process RSS; run alone"]
+fn memory_per_pod() {
+    let before = rss_bytes().expect("linux");
+    let (inv, records) = big_inventory(150_000);
+    inv.replace_pods(records);
+    let after = rss_bytes().expect("linux");
+    let per_pod = (after.saturating_sub(before)) as f64 / 150_000.0;
+    println!(
+        "RSS per slim pod record: {per_pod:.0} bytes ({} pods)",
+        inv.pod_count()
+    );
+    assert!(per_pod < 600.0, "a slim pod costs {per_pod} bytes");
+}
