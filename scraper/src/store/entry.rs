@@ -171,7 +171,11 @@ impl PodEntry {
     ) {
         let same_names = history
             && self.containers.len() == new.len()
-            && self.containers.iter().zip(new).all(|(old, new)| *old.name == *new.name);
+            && self
+                .containers
+                .iter()
+                .zip(new)
+                .all(|(old, new)| *old.name == *new.name);
         if same_names {
             for (entry, new) in self.containers.iter_mut().zip(new) {
                 let prev = rate::next_container_prev(

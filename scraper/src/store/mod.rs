@@ -90,7 +90,6 @@ pub struct Points {
     pub containers: u64,
 }
 
-
 /// The store: newest points and computed usage of every node, pod and container.
 #[derive(Debug)]
 pub struct Store {
@@ -273,10 +272,15 @@ impl Store {
             entry.conflict_logged = false;
             history = false;
         }
-        entry.update(containers, history, self.resolution_ns, |Skipped { container, error }| {
-            tracing::debug!(node = %node, namespace, pod = name, container, reason = %error,
+        entry.update(
+            containers,
+            history,
+            self.resolution_ns,
+            |Skipped { container, error }| {
+                tracing::debug!(node = %node, namespace, pod = name, container, reason = %error,
                 "skipping container usage");
-        });
+            },
+        );
         entry.seen_ns = now_ns;
         Some(StoredPod {
             key: entry.key().clone(),

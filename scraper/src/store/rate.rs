@@ -83,7 +83,11 @@ pub(super) enum RateError {
 /// of `pod.go` for a container that did not restart): the old `last` when `new` is newer,
 /// else the old `prev` when it is older than `new`, else none (the pair is dropped and usage
 /// returns after the next good point).
-pub(super) fn next_prev(old_last: Option<&Point>, old_prev: Option<&Point>, new: &Point) -> Option<Point> {
+pub(super) fn next_prev(
+    old_last: Option<&Point>,
+    old_prev: Option<&Point>,
+    new: &Point,
+) -> Option<Point> {
     match (old_last, old_prev) {
         (Some(last), _) if new.timestamp_ns > last.timestamp_ns => Some(*last),
         (Some(_), Some(prev)) if prev.timestamp_ns < new.timestamp_ns => Some(*prev),
