@@ -33,7 +33,9 @@ impl Cluster {
             nodes: (0..nodes)
                 .map(|n| NodeName::from(format!("node-{n:020}").as_str()))
                 .collect(),
-            namespaces: (0..NAMESPACES).map(|i| format!("namespace-{i:010}")).collect(),
+            namespaces: (0..NAMESPACES)
+                .map(|i| format!("namespace-{i:010}"))
+                .collect(),
             pods: (0..nodes)
                 .map(|n| {
                     (0..pods)
@@ -82,7 +84,11 @@ impl Cluster {
         let store = Store::new(Config::new(Duration::from_secs(15)));
         for round in 0..2 {
             for n in 0..self.nodes.len() {
-                store.ingest(&self.nodes[n], &self.scrape(n, round), T0 + round * 15 * SECOND);
+                store.ingest(
+                    &self.nodes[n],
+                    &self.scrape(n, round),
+                    T0 + round * 15 * SECOND,
+                );
             }
         }
         store
@@ -147,7 +153,9 @@ fn read(c: &mut Criterion) {
         });
     });
     group.bench_function("readiness", |b| b.iter(|| black_box(store.readiness(now))));
-    group.bench_function("points_1000_nodes", |b| b.iter(|| black_box(store.points())));
+    group.bench_function("points_1000_nodes", |b| {
+        b.iter(|| black_box(store.points()))
+    });
     group.finish();
 }
 

@@ -21,7 +21,8 @@ const CONTAINERS: [&str; 2] = ["app", "sidecar-proxy"];
 
 /// The resident set size of this process, bytes.
 fn rss_bytes() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
     let line = status
         .lines()
         .find(|l| l.starts_with("VmRSS:"))
@@ -62,7 +63,9 @@ impl Cluster {
             nodes: (0..nodes)
                 .map(|n| NodeName::from(format!("node-{}", token(n as u64, 20)).as_str()))
                 .collect(),
-            namespaces: (0..NAMESPACES).map(|i| token(1_000_000 + i as u64, 20)).collect(),
+            namespaces: (0..NAMESPACES)
+                .map(|i| token(1_000_000 + i as u64, 20))
+                .collect(),
             pods: (0..nodes)
                 .map(|n| {
                     (0..pods)
@@ -111,7 +114,10 @@ impl Cluster {
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let nodes: usize = args.next().map_or(Ok(5_000), |a| a.parse()).context("NODES")?;
+    let nodes: usize = args
+        .next()
+        .map_or(Ok(5_000), |a| a.parse())
+        .context("NODES")?;
     let pods: usize = args.next().map_or(Ok(30), |a| a.parse()).context("PODS")?;
 
     let cluster = Cluster::new(nodes, pods);
@@ -124,7 +130,10 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let before = rss_bytes()?;
-    println!("nodes={nodes} pods_per_node={pods} containers_per_pod={}", CONTAINERS.len());
+    println!(
+        "nodes={nodes} pods_per_node={pods} containers_per_pod={}",
+        CONTAINERS.len()
+    );
     println!("rss_before_store_kib={}", before / 1024);
     for round in 0..3 {
         let now = T0 + round * 15 * SECOND;
@@ -154,14 +163,21 @@ fn main() -> anyhow::Result<()> {
     }
     let now = T0 + 2 * 15 * SECOND;
     let points = store.points();
-    println!("points_nodes={} points_containers={}", points.nodes, points.containers);
+    println!(
+        "points_nodes={} points_containers={}",
+        points.nodes, points.containers
+    );
 
     // Read cost over the full store.
     let started = Instant::now();
     let mut found = 0usize;
     for n in 0..nodes {
         for (p, pod) in cluster.pods[n].iter().enumerate() {
-            found += usize::from(store.pod(&cluster.namespaces[p % NAMESPACES], pod, now).is_some());
+            found += usize::from(
+                store
+                    .pod(&cluster.namespaces[p % NAMESPACES], pod, now)
+                    .is_some(),
+            );
         }
     }
     let elapsed = started.elapsed();
