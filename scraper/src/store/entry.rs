@@ -64,7 +64,7 @@ pub(super) struct NodeEntry {
     pub(super) prev: Option<Point>,
     /// Usage computed at ingest from `prev` and `last`.
     pub(super) usage: Option<Usage>,
-    /// Pods this node reported in its last good scrape and owns, sorted.
+    /// Pods this node reported in its last good scrape and owns, in ingest order.
     pub(super) pods: Vec<PodKey>,
     /// When the last good scrape finished, Unix ns.
     pub(super) last_success_ns: i64,

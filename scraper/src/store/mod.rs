@@ -29,10 +29,12 @@ mod rate;
 #[cfg(test)]
 mod tests;
 
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
+use foldhash::fast::RandomState;
 
 use crate::point::{ContainerSample, NodeName, NodeScrape, PodKey, PodUsage, Usage};
 
@@ -96,8 +98,8 @@ pub struct Store {
     config: Config,
     resolution_ns: i64,
     staleness_ns: i64,
-    nodes: DashMap<NodeName, NodeEntry>,
-    pods: DashMap<PodKey, PodEntry>,
+    nodes: DashMap<NodeName, NodeEntry, RandomState>,
+    pods: DashMap<PodKey, PodEntry, RandomState>,
 }
 
 /// What `ingest_pod` stored, for the node's counters.
@@ -122,8 +124,8 @@ impl Store {
             config,
             resolution_ns: duration_ns(config.resolution),
             staleness_ns: duration_ns(config.staleness),
-            nodes: DashMap::new(),
-            pods: DashMap::new(),
+            nodes: DashMap::with_hasher(RandomState::default()),
+            pods: DashMap::with_hasher(RandomState::default()),
         }
     }
 
@@ -142,17 +144,33 @@ impl Store {
         let mut ingested = Ingested::default();
         let old_pods = self.ingest_node(node, scrape, now_ns, &mut ingested);
 
-        let mut samples: Vec<&ContainerSample<'_>> = scrape.containers.iter().collect();
-        samples.sort_unstable_by(|a, b| {
-            (&*a.namespace, &*a.pod, &*a.container).cmp(&(&*b.namespace, &*b.pod, &*b.container))
+        // Group by pod: sort by a hash of the pod key first (integer compares), strings only
+        // on ties. The order is stable across ingests, so the pod set usually comes out
+        // identical to the previous one.
+        let hasher = self.pods.hasher();
+        let mut samples: Vec<(u64, &ContainerSample<'_>)> = scrape
+            .containers
+            .iter()
+            .map(|s| (hasher.hash_one((&*s.namespace, &*s.pod)), s))
+            .collect();
+        samples.sort_unstable_by(|(ha, a), (hb, b)| {
+            ha.cmp(hb).then_with(|| {
+                (&*a.namespace, &*a.pod, &*a.container).cmp(&(
+                    &*b.namespace,
+                    &*b.pod,
+                    &*b.container,
+                ))
+            })
         });
         let mut new_pods: Vec<PodKey> = Vec::with_capacity(old_pods.len());
         let mut valid: Vec<NewContainer<'_>> = Vec::new();
         let mut containers_with_usage = 0u32;
-        for pod in samples.chunk_by(|a, b| a.namespace == b.namespace && a.pod == b.pod) {
+        for pod in samples
+            .chunk_by(|(ha, a), (hb, b)| ha == hb && a.namespace == b.namespace && a.pod == b.pod)
+        {
             ingested.pods += 1;
             valid.clear();
-            for sample in pod {
+            for (_, sample) in pod {
                 let duplicate = valid.last().is_some_and(|v| v.name == sample.container);
                 match Point::container(&sample.sample) {
                     Some(point) if !duplicate => valid.push(NewContainer {
@@ -163,7 +181,7 @@ impl Store {
                     _ => ingested.containers_ignored += 1,
                 }
             }
-            let (namespace, name) = (&*pod[0].namespace, &*pod[0].pod);
+            let (namespace, name) = (&*pod[0].1.namespace, &*pod[0].1.pod);
             if valid.is_empty() {
                 continue;
             }
@@ -175,9 +193,17 @@ impl Store {
             new_pods.push(stored.key);
         }
 
-        for key in old_pods {
-            if new_pods.binary_search(&key).is_err() {
-                self.pods.remove_if(&key, |_, e| e.node == *node);
+        let unchanged = old_pods.len() == new_pods.len()
+            && old_pods.iter().zip(&new_pods).all(|(a, b)| {
+                Arc::ptr_eq(&a.namespace, &b.namespace) && Arc::ptr_eq(&a.name, &b.name)
+            });
+        if !unchanged {
+            let mut current: Vec<&PodKey> = new_pods.iter().collect();
+            current.sort_unstable();
+            for key in &old_pods {
+                if current.binary_search(&key).is_err() {
+                    self.pods.remove_if(key, |_, e| e.node == *node);
+                }
             }
         }
         match self.nodes.get_mut(node.as_str()) {

@@ -982,6 +982,27 @@ fn pods_missing_from_the_next_scrape_are_dropped() {
     );
     assert!(store.pod("ns", "pod1", t2).is_some());
     assert_eq!(store.pod("ns", "pod2", t2), None);
+
+    // Same number of pods, one replaced by another.
+    let t3 = T0 + 30 * SECOND;
+    let swapped = vec![
+        container("pod1", "c", sample(t3, start, 4 * CORE_SECOND, MIB)),
+        container("pod3", "c", sample(t3, start, 4 * CORE_SECOND, MIB)),
+    ];
+    store.ingest(&n, &scrape(None, swapped.clone()), t3);
+    let t4 = T0 + 40 * SECOND;
+    let swapped_back = vec![
+        container("pod2", "c", sample(t4, start, 5 * CORE_SECOND, MIB)),
+        container("pod3", "c", sample(t4, start, 5 * CORE_SECOND, MIB)),
+    ];
+    store.ingest(&n, &scrape(None, swapped_back), t4);
+    assert_eq!(store.pod("ns", "pod1", t4), None);
+    assert!(store.pod("ns", "pod3", t4).is_some());
+    assert_eq!(
+        store.pod("ns", "pod2", t4),
+        None,
+        "pod2 is new again: no previous point"
+    );
 }
 
 #[test]
