@@ -989,7 +989,7 @@ fn pods_missing_from_the_next_scrape_are_dropped() {
         container("pod1", "c", sample(t3, start, 4 * CORE_SECOND, MIB)),
         container("pod3", "c", sample(t3, start, 4 * CORE_SECOND, MIB)),
     ];
-    store.ingest(&n, &scrape(None, swapped.clone()), t3);
+    store.ingest(&n, &scrape(None, swapped), t3);
     let t4 = T0 + 40 * SECOND;
     let swapped_back = vec![
         container("pod2", "c", sample(t4, start, 5 * CORE_SECOND, MIB)),
