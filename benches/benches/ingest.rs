@@ -1,1 +1,167 @@
-fn main() {}
+//! Store ingest and read cost.
+//!
+//! - `ingest/30x2`, `ingest/110x2`: one node's scrape (30 or 110 pods, 2 containers each) into
+//!   a store holding 1,000 (or 300) such nodes, round-robin over the nodes with timestamps
+//!   advancing every round, so every ingest is the steady state (usage computed, pod usage
+//!   rebuilt). Building the scrape is excluded (the parser's cost).
+//! - `read/pod`, `read/node`: one lookup in a store of 1,000 nodes x 30 pods (30,000 pods).
+//!
+//! Run: `cargo bench -p benches --bench ingest`
+
+use std::borrow::Cow;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use scraper::point::{ContainerSample, NodeName, NodeScrape, Sample};
+use scraper::store::{Config, Store};
+
+const SECOND: i64 = 1_000_000_000;
+const T0: i64 = 1_700_000_000 * SECOND;
+const NAMESPACES: usize = 10;
+const CONTAINERS: [&str; 2] = ["app", "sidecar-proxy"];
+
+struct Cluster {
+    nodes: Vec<NodeName>,
+    namespaces: Vec<String>,
+    pods: Vec<Vec<String>>,
+}
+
+impl Cluster {
+    fn new(nodes: usize, pods: usize) -> Cluster {
+        Cluster {
+            nodes: (0..nodes)
+                .map(|n| NodeName::from(format!("node-{n:020}").as_str()))
+                .collect(),
+            namespaces: (0..NAMESPACES)
+                .map(|i| format!("namespace-{i:010}"))
+                .collect(),
+            pods: (0..nodes)
+                .map(|n| {
+                    (0..pods)
+                        .map(|p| format!("deploy-{:010}-{:05x}", p % 100, n * pods + p))
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+
+    /// Round `round` of node `n`'s scrape; timestamps advance 15 s per round.
+    fn scrape(&self, n: usize, round: i64) -> NodeScrape<'_> {
+        let ts = T0 + round * 15 * SECOND;
+        let cpu = (round as u64 + 1) * 15 * 250_000_000;
+        let sample = Sample {
+            timestamp_ns: ts,
+            cpu_usage_ns_total: Some(cpu),
+            cpu_nanocores: None,
+            memory_working_set_bytes: Some(64 << 20),
+            start_time_ns: Some(T0 - 3600 * SECOND),
+        };
+        let containers = self.pods[n]
+            .iter()
+            .enumerate()
+            .flat_map(|(p, pod)| {
+                CONTAINERS.map(|c| ContainerSample {
+                    namespace: Cow::Borrowed(self.namespaces[p % NAMESPACES].as_str()),
+                    pod: Cow::Borrowed(pod.as_str()),
+                    container: Cow::Borrowed(c),
+                    sample,
+                })
+            })
+            .collect();
+        NodeScrape {
+            node: Some(Sample {
+                cpu_usage_ns_total: Some(cpu * 40),
+                memory_working_set_bytes: Some(8 << 30),
+                ..sample
+            }),
+            containers,
+        }
+    }
+
+    /// A store where every node was scraped twice (usage exists).
+    fn filled_store(&self) -> Store {
+        let store = Store::new(Config::new(Duration::from_secs(15)));
+        for round in 0..2 {
+            for n in 0..self.nodes.len() {
+                store.ingest(
+                    &self.nodes[n],
+                    &self.scrape(n, round),
+                    T0 + round * 15 * SECOND,
+                );
+            }
+        }
+        store
+    }
+}
+
+fn ingest(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ingest");
+    for (nodes, pods) in [(1_000, 30), (300, 110)] {
+        let cluster = Cluster::new(nodes, pods);
+        let store = cluster.filled_store();
+        // Ingest number `i` (counting on from the two fill rounds) goes to node i % nodes.
+        let mut i = 2 * nodes;
+        group.throughput(Throughput::Elements(pods as u64));
+        group.bench_function(format!("{pods}x2"), |b| {
+            b.iter_batched_ref(
+                || {
+                    let n = i % nodes;
+                    let round = (i / nodes) as i64;
+                    i += 1;
+                    (n, round, cluster.scrape(n, round))
+                },
+                |(n, round, scrape)| {
+                    let now = T0 + *round * 15 * SECOND;
+                    black_box(store.ingest(&cluster.nodes[*n], scrape, now))
+                },
+                BatchSize::SmallInput,
+            );
+        });
+    }
+    group.finish();
+}
+
+fn read(c: &mut Criterion) {
+    let mut group = c.benchmark_group("read");
+    let cluster = Cluster::new(1_000, 30);
+    let store = cluster.filled_store();
+    let now = T0 + 15 * SECOND;
+    let keys: Vec<(&str, &str)> = cluster
+        .pods
+        .iter()
+        .flat_map(|pods| {
+            pods.iter()
+                .enumerate()
+                .map(|(p, pod)| (cluster.namespaces[p % NAMESPACES].as_str(), pod.as_str()))
+        })
+        .collect();
+    let mut i = 0usize;
+    group.bench_function("pod", |b| {
+        b.iter(|| {
+            let (namespace, name) = keys[i % keys.len()];
+            i = i.wrapping_add(7919);
+            black_box(store.pod(namespace, name, now))
+        });
+    });
+    let mut i = 0usize;
+    group.bench_function("node", |b| {
+        b.iter(|| {
+            let node = &cluster.nodes[i % cluster.nodes.len()];
+            i = i.wrapping_add(7);
+            black_box(store.node(node.as_str(), now))
+        });
+    });
+    group.bench_function("readiness", |b| b.iter(|| black_box(store.readiness(now))));
+    group.bench_function("points_1000_nodes", |b| {
+        b.iter(|| black_box(store.points()))
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(5));
+    targets = ingest, read
+}
+criterion_main!(benches);

@@ -1,0 +1,265 @@
+//! What the store keeps per node, per pod and per container, and how one pod is updated.
+
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
+
+use super::rate::{self, Point, RateError};
+
+/// A borrowed view of a pod key, so `DashMap<PodKey, _>` can be searched with two `&str`s
+/// without allocating a key.
+pub(super) trait KeyView {
+    /// The namespace.
+    fn namespace(&self) -> &str;
+    /// The pod name.
+    fn name(&self) -> &str;
+}
+
+impl KeyView for PodKey {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl KeyView for (&str, &str) {
+    fn namespace(&self) -> &str {
+        self.0
+    }
+    fn name(&self) -> &str {
+        self.1
+    }
+}
+
+impl<'a> Borrow<dyn KeyView + 'a> for PodKey {
+    fn borrow(&self) -> &(dyn KeyView + 'a) {
+        self
+    }
+}
+
+// Hashes exactly like the derived `Hash` of `PodKey` (`Arc<str>` hashes as its `str`).
+impl Hash for dyn KeyView + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.namespace().hash(state);
+        self.name().hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.namespace() == other.namespace() && self.name() == other.name()
+    }
+}
+
+impl Eq for dyn KeyView + '_ {}
+
+/// Per node: the last two valid raw samples, their usage, and the pods of the last scrape.
+#[derive(Debug)]
+pub(super) struct NodeEntry {
+    pub(super) last: Option<Point>,
+    pub(super) prev: Option<Point>,
+    /// Usage computed at ingest from `prev` and `last`.
+    pub(super) usage: Option<Usage>,
+    /// Pods this node reported in its last good scrape and owns, in ingest order.
+    pub(super) pods: Vec<PodKey>,
+    /// When the last good scrape finished, Unix ns.
+    pub(super) last_success_ns: i64,
+    /// Of `pods`, how many had usage after the last ingest.
+    pub(super) pods_with_usage: u32,
+    /// Containers of `pods` with usage after the last ingest.
+    pub(super) containers_with_usage: u32,
+}
+
+impl NodeEntry {
+    pub(super) fn empty() -> NodeEntry {
+        NodeEntry {
+            last: None,
+            prev: None,
+            usage: None,
+            pods: Vec::new(),
+            last_success_ns: 0,
+            pods_with_usage: 0,
+            containers_with_usage: 0,
+        }
+    }
+}
+
+/// A container's computed rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rate {
+    /// No previous point yet: the pod waits for it.
+    Pending,
+    /// The pair was unusable (counter or start time went down): this container is skipped
+    /// this cycle, the pod is served without it.
+    Failed,
+    /// Servable usage.
+    Ready(Usage),
+}
+
+/// Per container: name, the last two valid raw samples and the rate computed from them.
+#[derive(Debug)]
+pub(super) struct ContainerEntry {
+    pub(super) name: Arc<str>,
+    pub(super) last: Point,
+    pub(super) prev: Option<Point>,
+    pub(super) rate: Rate,
+}
+
+/// Per pod: the owning node, its containers sorted by name and the usage served to readers.
+#[derive(Debug)]
+pub(super) struct PodEntry {
+    pub(super) node: NodeName,
+    pub(super) containers: Vec<ContainerEntry>,
+    /// Rebuilt at every ingest; `None` while any container waits for a previous point or none
+    /// has usage.
+    pub(super) usage: Option<Arc<PodUsage>>,
+    /// When the owning node's scrape that reported this pod finished, Unix ns.
+    pub(super) seen_ns: i64,
+    /// A conflicting report from another node was already logged.
+    pub(super) conflict_logged: bool,
+}
+
+impl PodEntry {
+    pub(super) fn empty(node: &NodeName) -> PodEntry {
+        PodEntry {
+            node: node.clone(),
+            containers: Vec::new(),
+            usage: None,
+            seen_ns: 0,
+            conflict_logged: false,
+        }
+    }
+
+    /// Containers with servable usage.
+    pub(super) fn containers_with_usage(&self) -> u32 {
+        self.containers
+            .iter()
+            .filter(|c| matches!(c.rate, Rate::Ready(_)))
+            .count() as u32
+    }
+}
+
+/// One valid container sample of the scrape being ingested.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NewContainer<'s> {
+    pub(super) name: &'s str,
+    pub(super) point: Point,
+    /// The kubelet's own rate (summary `usageNanoCores`), when present.
+    pub(super) cpu_nanocores: Option<u64>,
+}
+
+/// Where a rate could not be computed, for the debug log.
+pub(super) struct Skipped<'a> {
+    pub(super) container: &'a str,
+    pub(super) error: RateError,
+}
+
+impl PodEntry {
+    /// Replaces this pod's containers by `new` (sorted by name, unique), keeping each
+    /// surviving container's history, recomputes every rate and the pod's usage.
+    /// `history` is false when the pod changed owner: counters of another node do not pair.
+    pub(super) fn update(
+        &mut self,
+        new: &[NewContainer<'_>],
+        history: bool,
+        resolution_ns: i64,
+        mut on_skip: impl FnMut(Skipped<'_>),
+    ) {
+        let same_names = history
+            && self.containers.len() == new.len()
+            && self
+                .containers
+                .iter()
+                .zip(new)
+                .all(|(old, new)| *old.name == *new.name);
+        if same_names {
+            for (entry, new) in self.containers.iter_mut().zip(new) {
+                let prev = rate::next_container_prev(
+                    Some(&entry.last),
+                    entry.prev.as_ref(),
+                    &new.point,
+                    resolution_ns,
+                );
+                entry.last = new.point;
+                entry.prev = prev;
+            }
+        } else {
+            let mut containers = Vec::with_capacity(new.len());
+            for new in new {
+                let old = history
+                    .then(|| {
+                        self.containers
+                            .binary_search_by(|c| (*c.name).cmp(new.name))
+                            .ok()
+                    })
+                    .flatten()
+                    .map(|i| &self.containers[i]);
+                let prev = rate::next_container_prev(
+                    old.map(|o| &o.last),
+                    old.and_then(|o| o.prev.as_ref()),
+                    &new.point,
+                    resolution_ns,
+                );
+                containers.push(ContainerEntry {
+                    name: old.map_or_else(|| Arc::from(new.name), |o| o.name.clone()),
+                    last: new.point,
+                    prev,
+                    rate: Rate::Pending,
+                });
+            }
+            self.containers = containers;
+        }
+        for (entry, new) in self.containers.iter_mut().zip(new) {
+            entry.rate = match rate::usage(entry.prev.as_ref(), &entry.last, new.cpu_nanocores) {
+                Ok(Some(usage)) => Rate::Ready(usage),
+                Ok(None) => Rate::Pending,
+                Err(error) => {
+                    on_skip(Skipped {
+                        container: &entry.name,
+                        error,
+                    });
+                    Rate::Failed
+                }
+            };
+        }
+        self.usage = self.build_usage();
+    }
+
+    /// The pod's usage: only when no container waits for a previous point and at least one
+    /// has usage; time info from the container with the earliest timestamp
+    /// (metrics-server `pkg/storage/pod.go`, reference §2.4).
+    fn build_usage(&self) -> Option<Arc<PodUsage>> {
+        if self.containers.iter().any(|c| c.rate == Rate::Pending) {
+            return None;
+        }
+        let mut earliest: Option<Usage> = None;
+        let containers: Arc<[ContainerUsage]> = self
+            .containers
+            .iter()
+            .filter_map(|c| match c.rate {
+                Rate::Ready(usage) => {
+                    if earliest.is_none_or(|e| usage.timestamp_ns < e.timestamp_ns) {
+                        earliest = Some(usage);
+                    }
+                    Some(ContainerUsage {
+                        name: c.name.clone(),
+                        cpu_nanocores: usage.cpu_nanocores,
+                        memory_bytes: usage.memory_bytes,
+                    })
+                }
+                Rate::Pending | Rate::Failed => None,
+            })
+            .collect();
+        let earliest = earliest?;
+        Some(Arc::new(PodUsage {
+            node: self.node.clone(),
+            timestamp_ns: earliest.timestamp_ns,
+            window_ns: earliest.window_ns,
+            containers,
+        }))
+    }
+}

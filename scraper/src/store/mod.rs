@@ -1,0 +1,390 @@
+//! The lock-sharded store of the newest points and the usage computed from them.
+//!
+//! Two [`DashMap`]s: nodes by name and pods by [`PodKey`] (a pod read is one lookup). Per
+//! node and per container the store keeps the last two valid raw samples and the usage
+//! computed from them *at ingest*; per pod a ready-made `Arc<PodUsage>`. Reads are a lookup
+//! plus a staleness check. A writer holds one shard lock at a time and never across anything
+//! slow, so readers of other nodes and pods never wait for an ingest.
+//!
+//! Semantics follow metrics-server `pkg/storage` (reference §4) with these differences:
+//! - an all-zero container sample (a finished init container) or one without CPU data is
+//!   ignored instead of hiding its pod; zero memory with CPU data is valid;
+//! - a failed scrape keeps the last good data until it is older than
+//!   [`Config::staleness`] (#1736); reads treat older data as absent;
+//! - a container first seen has no previous point (no zero point);
+//! - a pod whose containers all failed their rate has no usage (no empty pod, no null
+//!   timestamp);
+//! - summary `usageNanoCores` is used as is: usage after one scrape.
+//!
+//! # Layout
+//! - `rate`: valid samples, `last`/`prev` rules and the CPU rate.
+//! - `entry`: per node, pod and container records, and the per-pod update.
+//!
+//! Ingests of one node are expected one at a time (the scrape loop has at most one scrape per
+//! node in flight). Racing ingests of the same node stay memory safe; a pod they leave behind
+//! goes stale and [`Store::evict_stale`] frees it.
+
+mod entry;
+mod rate;
+#[cfg(test)]
+mod tests;
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use foldhash::fast::RandomState;
+
+use crate::point::{ContainerSample, NodeName, NodeScrape, PodKey, PodUsage, Usage};
+
+use entry::{KeyView, NewContainer, NodeEntry, PodEntry, Skipped};
+use rate::Point;
+
+/// Store settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// `--metric-resolution`: the scrape period; bounds the fresh-container shortcut.
+    pub resolution: Duration,
+    /// How long the last good data of a node (and its pods) survives failed scrapes.
+    /// Default: 2 x resolution.
+    pub staleness: Duration,
+}
+
+impl Config {
+    /// Defaults for a resolution: staleness = 2 x resolution.
+    pub fn new(resolution: Duration) -> Self {
+        Config {
+            resolution,
+            staleness: resolution * 2,
+        }
+    }
+}
+
+/// What one ingest did, for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ingested {
+    /// The node has servable usage after this ingest.
+    pub node_usage: bool,
+    /// Pods in the scrape.
+    pub pods: usize,
+    /// Pods with servable usage after this ingest.
+    pub pods_with_usage: usize,
+    /// Container samples ignored (all-zero stubs, missing CPU, invalid).
+    pub containers_ignored: usize,
+}
+
+/// Whether the store holds usable data, the signal behind `/readyz` `metric-storage-ready`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// At least one node has servable usage.
+    pub nodes: bool,
+    /// At least one pod has servable usage.
+    pub pods: bool,
+}
+
+/// Points that have a previous point, for `metrics_server_storage_points{type}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Points {
+    /// Nodes with servable usage.
+    pub nodes: u64,
+    /// Containers with servable usage.
+    pub containers: u64,
+}
+
+/// The store: newest points and computed usage of every node, pod and container.
+#[derive(Debug)]
+pub struct Store {
+    config: Config,
+    resolution_ns: i64,
+    staleness_ns: i64,
+    nodes: DashMap<NodeName, NodeEntry, RandomState>,
+    pods: DashMap<PodKey, PodEntry, RandomState>,
+}
+
+/// What `ingest_pod` stored, for the node's counters.
+struct StoredPod {
+    key: PodKey,
+    has_usage: bool,
+    containers_with_usage: u32,
+}
+
+fn duration_ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+fn pod_view<'a>(key: &'a (&'a str, &'a str)) -> &'a (dyn KeyView + 'a) {
+    key
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new(config: Config) -> Self {
+        Store {
+            config,
+            resolution_ns: duration_ns(config.resolution),
+            staleness_ns: duration_ns(config.staleness),
+            nodes: DashMap::with_hasher(RandomState::default()),
+            pods: DashMap::with_hasher(RandomState::default()),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    fn is_stale(&self, seen_ns: i64, now_ns: i64) -> bool {
+        now_ns.saturating_sub(seen_ns) > self.staleness_ns
+    }
+
+    /// Stores one node's scrape. `now_ns` is when the scrape finished; it marks the data as
+    /// fresh for the staleness bound. Pods this node reported before but not now are dropped.
+    pub fn ingest(&self, node: &NodeName, scrape: &NodeScrape<'_>, now_ns: i64) -> Ingested {
+        let mut ingested = Ingested::default();
+        let old_pods = self.ingest_node(node, scrape, now_ns, &mut ingested);
+
+        // Group by pod: sort by a hash of the pod key first (integer compares), strings only
+        // on ties. The order is stable across ingests, so the pod set usually comes out
+        // identical to the previous one.
+        let hasher = self.pods.hasher();
+        let mut samples: Vec<(u64, &ContainerSample<'_>)> = scrape
+            .containers
+            .iter()
+            .map(|s| (hasher.hash_one((&*s.namespace, &*s.pod)), s))
+            .collect();
+        samples.sort_unstable_by(|(ha, a), (hb, b)| {
+            ha.cmp(hb).then_with(|| {
+                (&*a.namespace, &*a.pod, &*a.container).cmp(&(
+                    &*b.namespace,
+                    &*b.pod,
+                    &*b.container,
+                ))
+            })
+        });
+        let mut new_pods: Vec<PodKey> = Vec::with_capacity(old_pods.len());
+        let mut valid: Vec<NewContainer<'_>> = Vec::new();
+        let mut containers_with_usage = 0u32;
+        for pod in samples
+            .chunk_by(|(ha, a), (hb, b)| ha == hb && a.namespace == b.namespace && a.pod == b.pod)
+        {
+            ingested.pods += 1;
+            valid.clear();
+            for (_, sample) in pod {
+                let duplicate = valid.last().is_some_and(|v| v.name == sample.container);
+                match Point::container(&sample.sample) {
+                    Some(point) if !duplicate => valid.push(NewContainer {
+                        name: &sample.container,
+                        point,
+                        cpu_nanocores: sample.sample.cpu_nanocores,
+                    }),
+                    _ => ingested.containers_ignored += 1,
+                }
+            }
+            let (namespace, name) = (&*pod[0].1.namespace, &*pod[0].1.pod);
+            if valid.is_empty() {
+                continue;
+            }
+            let Some(stored) = self.ingest_pod(node, namespace, name, &valid, now_ns) else {
+                continue;
+            };
+            ingested.pods_with_usage += usize::from(stored.has_usage);
+            containers_with_usage += stored.containers_with_usage;
+            new_pods.push(stored.key);
+        }
+
+        let unchanged = old_pods.len() == new_pods.len()
+            && old_pods.iter().zip(&new_pods).all(|(a, b)| {
+                Arc::ptr_eq(&a.namespace, &b.namespace) && Arc::ptr_eq(&a.name, &b.name)
+            });
+        if !unchanged {
+            let mut current: Vec<&PodKey> = new_pods.iter().collect();
+            current.sort_unstable();
+            for key in &old_pods {
+                if current.binary_search(&key).is_err() {
+                    self.pods.remove_if(key, |_, e| e.node == *node);
+                }
+            }
+        }
+        match self.nodes.get_mut(node.as_str()) {
+            Some(mut entry) => {
+                entry.pods_with_usage = ingested.pods_with_usage as u32;
+                entry.containers_with_usage = containers_with_usage;
+                entry.pods = new_pods;
+            }
+            None => {
+                // Removed while this ingest ran: take its pods with it.
+                for key in &new_pods {
+                    self.pods.remove_if(key, |_, e| e.node == *node);
+                }
+            }
+        }
+        ingested
+    }
+
+    /// Updates the node's own samples and usage (§4.2) and hands back its previous pod set.
+    fn ingest_node(
+        &self,
+        node: &NodeName,
+        scrape: &NodeScrape<'_>,
+        now_ns: i64,
+        ingested: &mut Ingested,
+    ) -> Vec<PodKey> {
+        let mut entry = match self.nodes.get_mut(node.as_str()) {
+            Some(entry) => entry,
+            None => self
+                .nodes
+                .entry(node.clone())
+                .or_insert_with(NodeEntry::empty),
+        };
+        match scrape.node.as_ref().and_then(Point::node) {
+            Some(new) => {
+                let prev = rate::next_prev(entry.last.as_ref(), entry.prev.as_ref(), &new);
+                if prev.is_none() && entry.last.is_some() {
+                    tracing::debug!(node = %node, "node point not newer than the stored ones, dropping the previous");
+                }
+                let nanocores = scrape.node.and_then(|s| s.cpu_nanocores);
+                entry.usage = match rate::usage(prev.as_ref(), &new, nanocores) {
+                    Ok(usage) => usage,
+                    Err(error) => {
+                        tracing::debug!(node = %node, reason = %error, "skipping node usage");
+                        None
+                    }
+                };
+                entry.last = Some(new);
+                entry.prev = prev;
+            }
+            None => {
+                if scrape.node.is_some() {
+                    tracing::debug!(node = %node, "incomplete node sample, no node usage");
+                }
+                entry.last = None;
+                entry.prev = None;
+                entry.usage = None;
+            }
+        }
+        entry.last_success_ns = now_ns;
+        ingested.node_usage = entry.usage.is_some();
+        std::mem::take(&mut entry.pods)
+    }
+
+    /// Stores one pod's valid containers; `None` when another node with fresh data owns it.
+    fn ingest_pod(
+        &self,
+        node: &NodeName,
+        namespace: &str,
+        name: &str,
+        containers: &[NewContainer<'_>],
+        now_ns: i64,
+    ) -> Option<StoredPod> {
+        let mut entry = match self.pods.get_mut(pod_view(&(namespace, name))) {
+            Some(entry) => entry,
+            None => self
+                .pods
+                .entry(PodKey::new(namespace, name))
+                .or_insert_with(|| PodEntry::empty(node)),
+        };
+        let mut history = true;
+        if entry.node != *node {
+            if !self.is_stale(entry.seen_ns, now_ns) {
+                if !entry.conflict_logged {
+                    entry.conflict_logged = true;
+                    tracing::debug!(node = %node, owner = %entry.node, namespace, pod = name,
+                        "pod reported by two nodes, keeping the first");
+                }
+                return None;
+            }
+            entry.node = node.clone();
+            entry.conflict_logged = false;
+            history = false;
+        }
+        entry.update(
+            containers,
+            history,
+            self.resolution_ns,
+            |Skipped { container, error }| {
+                tracing::debug!(node = %node, namespace, pod = name, container, reason = %error,
+                "skipping container usage");
+            },
+        );
+        entry.seen_ns = now_ns;
+        Some(StoredPod {
+            key: entry.key().clone(),
+            has_usage: entry.usage.is_some(),
+            containers_with_usage: entry.containers_with_usage(),
+        })
+    }
+
+    /// Records a failed scrape: the node's last good data is kept until it is older than the
+    /// staleness bound; once it is, the node and its pods are freed here.
+    pub fn scrape_failed(&self, node: &NodeName, now_ns: i64) {
+        let stale = self
+            .nodes
+            .get(node.as_str())
+            .is_some_and(|e| self.is_stale(e.last_success_ns, now_ns));
+        if stale {
+            self.remove_node(node.as_str());
+        }
+    }
+
+    /// Forgets a node and every pod it reported (the node was deleted or deselected).
+    pub fn remove_node(&self, node: &str) {
+        if let Some((_, entry)) = self.nodes.remove(node) {
+            for key in &entry.pods {
+                self.pods.remove_if(key, |_, e| e.node.as_str() == node);
+            }
+        }
+    }
+
+    /// Drops every node (and its pods) whose last good scrape is older than the staleness
+    /// bound. Reads already ignore such data; this frees the memory.
+    pub fn evict_stale(&self, now_ns: i64) {
+        self.nodes
+            .retain(|_, e| !self.is_stale(e.last_success_ns, now_ns));
+        self.pods.retain(|_, e| !self.is_stale(e.seen_ns, now_ns));
+    }
+
+    /// The node's usage, if it has servable, non-stale data.
+    pub fn node(&self, name: &str, now_ns: i64) -> Option<Usage> {
+        let entry = self.nodes.get(name)?;
+        if self.is_stale(entry.last_success_ns, now_ns) {
+            return None;
+        }
+        entry.usage
+    }
+
+    /// The pod's usage, if every one of its containers has servable, non-stale data.
+    pub fn pod(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>> {
+        let entry = self.pods.get(pod_view(&(namespace, name)))?;
+        if self.is_stale(entry.seen_ns, now_ns) {
+            return None;
+        }
+        entry.usage.clone()
+    }
+
+    /// Whether nodes and pods have servable data.
+    pub fn readiness(&self, now_ns: i64) -> Readiness {
+        let mut readiness = Readiness::default();
+        for entry in self.nodes.iter() {
+            if self.is_stale(entry.last_success_ns, now_ns) {
+                continue;
+            }
+            readiness.nodes |= entry.usage.is_some();
+            readiness.pods |= entry.pods_with_usage > 0;
+            if readiness.nodes && readiness.pods {
+                break;
+            }
+        }
+        readiness
+    }
+
+    /// Counts for `metrics_server_storage_points`: nodes and containers with usage as of
+    /// their node's last ingest (stale data counts until evicted).
+    pub fn points(&self) -> Points {
+        self.nodes.iter().fold(Points::default(), |mut points, e| {
+            points.nodes += u64::from(e.usage.is_some());
+            points.containers += u64::from(e.containers_with_usage);
+            points
+        })
+    }
+}

@@ -1,0 +1,1266 @@
+//! Store behaviour: metrics-server `pkg/storage` scenarios (reference §4.5, §4.8) and the
+//! places where we deliberately differ.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::point::{ContainerSample, ContainerUsage, NodeName, NodeScrape, Sample};
+
+const SECOND: i64 = 1_000_000_000;
+const MS: i64 = 1_000_000;
+const CORE_SECOND: u64 = 1_000_000_000;
+const MIB: u64 = 1 << 20;
+/// An arbitrary, realistic epoch for the tests.
+const T0: i64 = 1_700_000_000 * SECOND;
+
+fn store(resolution_s: u64) -> Store {
+    Store::new(Config::new(Duration::from_secs(resolution_s)))
+}
+
+fn name(s: &str) -> NodeName {
+    NodeName::from(s)
+}
+
+/// A cumulative node sample.
+fn node_sample(ts: i64, cpu_ns: u64, memory: u64) -> Sample {
+    Sample {
+        timestamp_ns: ts,
+        cpu_usage_ns_total: Some(cpu_ns),
+        memory_working_set_bytes: Some(memory),
+        ..Sample::default()
+    }
+}
+
+/// A cumulative container sample.
+fn sample(ts: i64, start: i64, cpu_ns: u64, memory: u64) -> Sample {
+    Sample {
+        timestamp_ns: ts,
+        cpu_usage_ns_total: Some(cpu_ns),
+        memory_working_set_bytes: Some(memory),
+        start_time_ns: Some(start),
+        cpu_nanocores: None,
+    }
+}
+
+fn container(pod: &str, container: &str, sample: Sample) -> ContainerSample<'static> {
+    ContainerSample {
+        namespace: Cow::Borrowed("ns"),
+        pod: Cow::Owned(pod.to_owned()),
+        container: Cow::Owned(container.to_owned()),
+        sample,
+    }
+}
+
+fn scrape(node: Option<Sample>, containers: Vec<ContainerSample<'static>>) -> NodeScrape<'static> {
+    NodeScrape { node, containers }
+}
+
+fn usage(ts: i64, window_ns: i64, cpu_nanocores: u64, memory_bytes: u64) -> Usage {
+    Usage {
+        timestamp_ns: ts,
+        window_ns,
+        cpu_nanocores,
+        memory_bytes,
+    }
+}
+
+fn container_usage(name: &str, cpu_nanocores: u64, memory_bytes: u64) -> ContainerUsage {
+    ContainerUsage {
+        name: Arc::from(name),
+        cpu_nanocores,
+        memory_bytes,
+    }
+}
+
+fn names(pod: &PodUsage) -> Vec<&str> {
+    pod.containers.iter().map(|c| &*c.name).collect()
+}
+
+// ---- §4.8 node scenarios ----
+
+#[test]
+fn node_needs_two_batches_then_serves_exact_rate() {
+    let store = store(60);
+    let n1 = name("node1");
+    let first = store.ingest(
+        &n1,
+        &scrape(Some(node_sample(T0, 10 * CORE_SECOND, 2 * MIB)), vec![]),
+        T0,
+    );
+    assert!(!first.node_usage);
+    assert_eq!(store.node("node1", T0), None);
+    assert_eq!(store.readiness(T0), Readiness::default());
+
+    let t1 = T0 + 10 * SECOND;
+    let second = store.ingest(
+        &n1,
+        &scrape(Some(node_sample(t1, 20 * CORE_SECOND, 3 * MIB)), vec![]),
+        t1,
+    );
+    assert!(second.node_usage);
+    assert_eq!(
+        store.node("node1", t1),
+        Some(usage(t1, 10 * SECOND, 1_000_000_000, 3 * MIB))
+    );
+    assert_eq!(store.node("node2", t1), None);
+    assert_eq!(
+        store.points(),
+        Points {
+            nodes: 1,
+            containers: 0
+        }
+    );
+    // Node-only data: nodes ready, pods not.
+    assert_eq!(
+        store.readiness(t1),
+        Readiness {
+            nodes: true,
+            pods: false
+        }
+    );
+
+    // A batch without a node sample: no node usage.
+    let t2 = T0 + 20 * SECOND;
+    let third = store.ingest(&n1, &NodeScrape::default(), t2);
+    assert!(!third.node_usage);
+    assert_eq!(store.node("node1", t2), None);
+    assert_eq!(store.points(), Points::default());
+}
+
+#[test]
+fn node_with_zero_start_time_works_the_same() {
+    let store = store(60);
+    let n = name("node1");
+    let mut s = node_sample(T0, 10 * CORE_SECOND, 2 * MIB);
+    s.start_time_ns = Some(0);
+    store.ingest(&n, &scrape(Some(s), vec![]), T0);
+    let t1 = T0 + 10 * SECOND;
+    let mut s = node_sample(t1, 20 * CORE_SECOND, 3 * MIB);
+    s.start_time_ns = Some(0);
+    store.ingest(&n, &scrape(Some(s), vec![]), t1);
+    assert_eq!(
+        store.node("node1", t1),
+        Some(usage(t1, 10 * SECOND, 1_000_000_000, 3 * MIB))
+    );
+}
+
+#[test]
+fn rate_uses_go_float_math_for_sub_second_windows() {
+    // types_test.go: +10ms window, 300 -> 500 ns of CPU => 20000 nanocores, memory 600.
+    let store = store(60);
+    let n = name("node1");
+    store.ingest(&n, &scrape(Some(node_sample(T0, 300, 600)), vec![]), T0);
+    let t1 = T0 + 10 * MS;
+    store.ingest(&n, &scrape(Some(node_sample(t1, 500, 600)), vec![]), t1);
+    assert_eq!(
+        store.node("node1", t1),
+        Some(usage(t1, 10 * MS, 20_000, 600))
+    );
+}
+
+#[test]
+fn node_with_zero_cpu_or_memory_yields_no_point() {
+    let store = store(60);
+    let n = name("node1");
+    for (i, bad) in [
+        node_sample(T0, 0, MIB),
+        node_sample(T0, CORE_SECOND, 0),
+        node_sample(0, CORE_SECOND, MIB),
+        Sample {
+            memory_working_set_bytes: None,
+            ..node_sample(T0, CORE_SECOND, MIB)
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let t = T0 + i as i64 * 10 * SECOND;
+        store.ingest(
+            &n,
+            &scrape(Some(node_sample(t, 10 * CORE_SECOND, MIB)), vec![]),
+            t,
+        );
+        let t1 = t + 5 * SECOND;
+        let bad = Sample {
+            timestamp_ns: if bad.timestamp_ns == 0 { 0 } else { t1 },
+            ..bad
+        };
+        let ingested = store.ingest(&n, &scrape(Some(bad), vec![]), t1);
+        assert!(!ingested.node_usage, "case {i}");
+        assert_eq!(store.node("node1", t1), None, "case {i}");
+    }
+}
+
+// ---- §4.8 pod scenarios ----
+
+#[test]
+fn pod_not_fresh_needs_two_batches() {
+    let store = store(60);
+    let n = name("node1");
+    let t1 = T0 + 120 * SECOND;
+    let first = store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(t1, T0, CORE_SECOND, 4 * MIB),
+            )],
+        ),
+        t1,
+    );
+    assert_eq!((first.pods, first.pods_with_usage), (1, 0));
+    assert_eq!(store.pod("ns", "pod1", t1), None);
+
+    let t2 = T0 + 125 * SECOND;
+    let second = store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(t2, T0, 6 * CORE_SECOND, 5 * MIB),
+            )],
+        ),
+        t2,
+    );
+    assert_eq!((second.pods, second.pods_with_usage), (1, 1));
+    let pod = store
+        .pod("ns", "pod1", t2)
+        .expect("pod has usage after two batches");
+    assert_eq!(pod.node, n);
+    assert_eq!((pod.timestamp_ns, pod.window_ns), (t2, 5 * SECOND));
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("c1", 1_000_000_000, 5 * MIB)]
+    );
+    assert_eq!(store.pod("ns", "other", t2), None);
+    assert_eq!(store.pod("other", "pod1", t2), None);
+}
+
+#[test]
+fn pod_time_info_comes_from_the_earliest_container_and_containers_are_sorted() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    // "zeta" ends earliest (ts 120s, window 10s); "alpha" ends at 125s with a 5s window.
+    let b1 = vec![
+        container(
+            "pod1",
+            "zeta",
+            sample(T0 + 110 * SECOND, start, CORE_SECOND, MIB),
+        ),
+        container(
+            "pod1",
+            "alpha",
+            sample(T0 + 120 * SECOND, start, CORE_SECOND, MIB),
+        ),
+    ];
+    store.ingest(&n, &scrape(None, b1), T0 + 120 * SECOND);
+    let b2 = vec![
+        container(
+            "pod1",
+            "zeta",
+            sample(T0 + 120 * SECOND, start, 3 * CORE_SECOND, 2 * MIB),
+        ),
+        container(
+            "pod1",
+            "alpha",
+            sample(T0 + 125 * SECOND, start, 2 * CORE_SECOND, 3 * MIB),
+        ),
+    ];
+    let now = T0 + 125 * SECOND;
+    store.ingest(&n, &scrape(None, b2), now);
+    let pod = store.pod("ns", "pod1", now).expect("pod has usage");
+    assert_eq!(
+        (pod.timestamp_ns, pod.window_ns),
+        (T0 + 120 * SECOND, 10 * SECOND)
+    );
+    assert_eq!(
+        &*pod.containers,
+        &[
+            container_usage("alpha", 200_000_000, 3 * MIB),
+            container_usage("zeta", 200_000_000, 2 * MIB)
+        ]
+    );
+    assert_eq!(
+        store.points(),
+        Points {
+            nodes: 0,
+            containers: 2
+        }
+    );
+}
+
+#[test]
+fn fresh_container_served_after_one_batch_only_between_10s_and_resolution() {
+    // (age of the container at its first sample, served after one batch?)
+    for (age_s, served) in [
+        (10, true),
+        (59, true),
+        (9, false),
+        (-1, false),
+        (60, false),
+        (120, false),
+    ] {
+        let store = store(60);
+        let start = T0;
+        let ts = start + age_s * SECOND;
+        let s = sample(ts, start, 10 * CORE_SECOND, 4 * MIB);
+        store.ingest(
+            &name("node1"),
+            &scrape(None, vec![container("pod1", "c1", s)]),
+            ts,
+        );
+        let pod = store.pod("ns", "pod1", ts);
+        assert_eq!(pod.is_some(), served, "age {age_s}s");
+        if age_s == 10 {
+            let pod = pod.expect("served");
+            assert_eq!((pod.timestamp_ns, pod.window_ns), (ts, 10 * SECOND));
+            assert_eq!(
+                &*pod.containers,
+                &[container_usage("c1", 1_000_000_000, 4 * MIB)]
+            );
+        }
+    }
+}
+
+// ---- §4.5 restarts and counter resets ----
+
+#[test]
+fn restarted_container_uses_the_window_from_its_start_time() {
+    let store = store(60);
+    let n = name("node1");
+    let old_start = T0 - 3600 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(T0, old_start, 100 * CORE_SECOND, MIB),
+            )],
+        ),
+        T0,
+    );
+    let t1 = T0 + 10 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(t1, old_start, 101 * CORE_SECOND, MIB),
+            )],
+        ),
+        t1,
+    );
+    assert!(store.pod("ns", "pod1", t1).is_some());
+    // Restarted at +15s, scraped at +25s with 5 core-seconds: 500m over 10s.
+    let t2 = T0 + 25 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(t2, T0 + 15 * SECOND, 5 * CORE_SECOND, 2 * MIB),
+            )],
+        ),
+        t2,
+    );
+    let pod = store
+        .pod("ns", "pod1", t2)
+        .expect("served through the fresh-container shortcut");
+    assert_eq!((pod.timestamp_ns, pod.window_ns), (t2, 10 * SECOND));
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("c1", 500_000_000, 2 * MIB)]
+    );
+}
+
+#[test]
+fn restarted_container_too_young_or_too_old_hides_the_pod_for_one_cycle() {
+    // (start of the restarted container relative to its sample)
+    for age_s in [5, 70] {
+        let store = store(60);
+        let n = name("node1");
+        let old_start = T0 - 3600 * SECOND;
+        store.ingest(
+            &n,
+            &scrape(
+                None,
+                vec![container(
+                    "pod1",
+                    "c1",
+                    sample(T0, old_start, 100 * CORE_SECOND, MIB),
+                )],
+            ),
+            T0,
+        );
+        let t1 = T0 + 10 * SECOND;
+        store.ingest(
+            &n,
+            &scrape(
+                None,
+                vec![container(
+                    "pod1",
+                    "c1",
+                    sample(t1, old_start, 110 * CORE_SECOND, MIB),
+                )],
+            ),
+            t1,
+        );
+        assert!(store.pod("ns", "pod1", t1).is_some());
+
+        let t2 = t1 + (age_s + 1) * SECOND;
+        let restart = t2 - age_s * SECOND;
+        store.ingest(
+            &n,
+            &scrape(
+                None,
+                vec![container(
+                    "pod1",
+                    "c1",
+                    sample(t2, restart, CORE_SECOND, MIB),
+                )],
+            ),
+            t2,
+        );
+        assert_eq!(store.pod("ns", "pod1", t2), None, "age {age_s}s");
+
+        let t3 = t2 + 10 * SECOND;
+        store.ingest(
+            &n,
+            &scrape(
+                None,
+                vec![container(
+                    "pod1",
+                    "c1",
+                    sample(t3, restart, 3 * CORE_SECOND, MIB),
+                )],
+            ),
+            t3,
+        );
+        let pod = store
+            .pod("ns", "pod1", t3)
+            .expect("back on the next scrape");
+        assert_eq!(
+            &*pod.containers,
+            &[container_usage("c1", 200_000_000, MIB)],
+            "age {age_s}s"
+        );
+    }
+}
+
+#[test]
+fn cpu_counter_decrease_skips_only_that_container() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let batch = |ts: i64, a_cpu: u64, b_cpu: u64| {
+        vec![
+            container("pod1", "a", sample(ts, start, a_cpu, MIB)),
+            container("pod1", "b", sample(ts, start, b_cpu, 2 * MIB)),
+        ]
+    };
+    store.ingest(
+        &n,
+        &scrape(None, batch(T0, 50 * CORE_SECOND, 50 * CORE_SECOND)),
+        T0,
+    );
+    let t1 = T0 + 10 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(None, batch(t1, 60 * CORE_SECOND, 60 * CORE_SECOND)),
+        t1,
+    );
+    assert_eq!(
+        store.pod("ns", "pod1", t1).map(|p| p.containers.len()),
+        Some(2)
+    );
+
+    let t2 = T0 + 20 * SECOND;
+    let ingested = store.ingest(
+        &n,
+        &scrape(None, batch(t2, 40 * CORE_SECOND, 70 * CORE_SECOND)),
+        t2,
+    );
+    assert_eq!(ingested.pods_with_usage, 1);
+    let pod = store
+        .pod("ns", "pod1", t2)
+        .expect("pod kept without the broken container");
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("b", 1_000_000_000, 2 * MIB)]
+    );
+    assert_eq!(store.points().containers, 1);
+
+    // Both containers broken: no pod at all (not an empty pod with a null timestamp).
+    let t3 = T0 + 30 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(None, batch(t3, 30 * CORE_SECOND, 60 * CORE_SECOND)),
+        t3,
+    );
+    assert_eq!(store.pod("ns", "pod1", t3), None);
+    assert!(!store.readiness(t3).pods);
+}
+
+#[test]
+fn start_time_decrease_skips_the_container() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(T0, start, 50 * CORE_SECOND, MIB),
+            )],
+        ),
+        T0,
+    );
+    let t1 = T0 + 10 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(t1, start - SECOND, 60 * CORE_SECOND, MIB),
+            )],
+        ),
+        t1,
+    );
+    assert_eq!(store.pod("ns", "pod1", t1), None);
+}
+
+#[test]
+fn node_reboot_is_skipped_for_one_cycle() {
+    let store = store(60);
+    let n = name("node1");
+    store.ingest(
+        &n,
+        &scrape(Some(node_sample(T0, 1000 * CORE_SECOND, MIB)), vec![]),
+        T0,
+    );
+    let t1 = T0 + 10 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(Some(node_sample(t1, 1010 * CORE_SECOND, MIB)), vec![]),
+        t1,
+    );
+    assert!(store.node("node1", t1).is_some());
+    let t2 = T0 + 20 * SECOND;
+    let rebooted = store.ingest(
+        &n,
+        &scrape(Some(node_sample(t2, 5 * CORE_SECOND, MIB)), vec![]),
+        t2,
+    );
+    assert!(!rebooted.node_usage);
+    assert_eq!(store.node("node1", t2), None);
+    let t3 = T0 + 30 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(Some(node_sample(t3, 15 * CORE_SECOND, MIB)), vec![]),
+        t3,
+    );
+    assert_eq!(
+        store.node("node1", t3),
+        Some(usage(t3, 10 * SECOND, 1_000_000_000, MIB))
+    );
+}
+
+#[test]
+fn out_of_order_point_keeps_prev_and_replaces_last() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let at = |s: i64, cpu: u64| {
+        let ts = T0 + s * SECOND;
+        scrape(
+            Some(node_sample(ts, cpu * CORE_SECOND, MIB)),
+            vec![container(
+                "pod1",
+                "c1",
+                sample(ts, start, cpu * CORE_SECOND, MIB),
+            )],
+        )
+    };
+    store.ingest(&n, &at(10, 10), T0 + 10 * SECOND);
+    store.ingest(&n, &at(30, 50), T0 + 30 * SECOND);
+    // A replica answered with older data: prev (10s) is kept, last becomes the 20s point.
+    let now = T0 + 40 * SECOND;
+    store.ingest(&n, &at(20, 35), now);
+    let ts = T0 + 20 * SECOND;
+    assert_eq!(
+        store.node("node1", now),
+        Some(usage(ts, 10 * SECOND, 2_500_000_000, MIB))
+    );
+    let pod = store.pod("ns", "pod1", now).expect("pod usage");
+    assert_eq!((pod.timestamp_ns, pod.window_ns), (ts, 10 * SECOND));
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("c1", 2_500_000_000, MIB)]
+    );
+}
+
+#[test]
+fn point_older_than_prev_drops_usage_until_the_next_good_pair() {
+    let store = store(60);
+    let n = name("node1");
+    let at = |s: i64, cpu: u64| {
+        scrape(
+            Some(node_sample(T0 + s * SECOND, cpu * CORE_SECOND, MIB)),
+            vec![],
+        )
+    };
+    store.ingest(&n, &at(10, 10), T0 + 10 * SECOND);
+    store.ingest(&n, &at(20, 20), T0 + 20 * SECOND);
+    store.ingest(&n, &at(5, 5), T0 + 30 * SECOND);
+    assert_eq!(store.node("node1", T0 + 30 * SECOND), None);
+    store.ingest(&n, &at(25, 25), T0 + 40 * SECOND);
+    assert_eq!(
+        store.node("node1", T0 + 40 * SECOND),
+        Some(usage(T0 + 25 * SECOND, 20 * SECOND, 1_000_000_000, MIB))
+    );
+}
+
+#[test]
+fn same_batch_twice_has_no_usage() {
+    let store = store(60);
+    let n = name("node1");
+    let batch = scrape(
+        Some(node_sample(T0, 10 * CORE_SECOND, MIB)),
+        vec![container(
+            "pod1",
+            "c1",
+            sample(T0, T0 - 3600 * SECOND, CORE_SECOND, MIB),
+        )],
+    );
+    store.ingest(&n, &batch, T0);
+    let again = store.ingest(&n, &batch, T0 + SECOND);
+    assert_eq!(
+        again,
+        Ingested {
+            node_usage: false,
+            pods: 1,
+            pods_with_usage: 0,
+            containers_ignored: 0
+        }
+    );
+    assert_eq!(store.node("node1", T0 + SECOND), None);
+    assert_eq!(store.pod("ns", "pod1", T0 + SECOND), None);
+    assert_eq!(store.readiness(T0 + SECOND), Readiness::default());
+}
+
+// ---- readiness ----
+
+#[test]
+fn readiness_needs_nodes_and_pods_with_usage() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let batch = |ts: i64, cpu: u64| {
+        scrape(
+            Some(node_sample(ts, cpu * CORE_SECOND, MIB)),
+            vec![container(
+                "pod1",
+                "c1",
+                sample(ts, start, cpu * CORE_SECOND, MIB),
+            )],
+        )
+    };
+    store.ingest(&n, &batch(T0, 10), T0);
+    assert_eq!(
+        store.readiness(T0),
+        Readiness {
+            nodes: false,
+            pods: false
+        }
+    );
+    let t1 = T0 + 10 * SECOND;
+    store.ingest(&n, &batch(t1, 20), t1);
+    assert_eq!(
+        store.readiness(t1),
+        Readiness {
+            nodes: true,
+            pods: true
+        }
+    );
+    assert_eq!(
+        store.points(),
+        Points {
+            nodes: 1,
+            containers: 1
+        }
+    );
+
+    // Pods only (the node sample is missing): pods ready, nodes not.
+    let pods_only = store_with_pods_only();
+    assert_eq!(
+        pods_only.readiness(t1),
+        Readiness {
+            nodes: false,
+            pods: true
+        }
+    );
+}
+
+fn store_with_pods_only() -> Store {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    for (ts, cpu) in [(T0, 10), (T0 + 10 * SECOND, 20)] {
+        store.ingest(
+            &n,
+            &scrape(
+                None,
+                vec![container(
+                    "pod1",
+                    "c1",
+                    sample(ts, start, cpu * CORE_SECOND, MIB),
+                )],
+            ),
+            ts,
+        );
+    }
+    store
+}
+
+// ---- where we are deliberately better ----
+
+#[test]
+fn init_container_stub_is_ignored_not_hiding_the_pod() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let batch = |ts: i64, cpu: u64| {
+        vec![
+            container("pod1", "app", sample(ts, start, cpu * CORE_SECOND, 7 * MIB)),
+            // A finished init container: start time only, zero CPU and memory.
+            container(
+                "pod1",
+                "init",
+                Sample {
+                    timestamp_ns: ts,
+                    start_time_ns: Some(start),
+                    ..Sample::default()
+                },
+            ),
+            container("pod1", "init-zero", sample(ts, start, 0, 0)),
+        ]
+    };
+    let first = store.ingest(&n, &scrape(None, batch(T0, 10)), T0);
+    assert_eq!(first.containers_ignored, 2);
+    let t1 = T0 + 10 * SECOND;
+    let second = store.ingest(&n, &scrape(None, batch(t1, 12)), t1);
+    assert_eq!((second.containers_ignored, second.pods_with_usage), (2, 1));
+    let pod = store
+        .pod("ns", "pod1", t1)
+        .expect("served with its app container");
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("app", 200_000_000, 7 * MIB)]
+    );
+}
+
+#[test]
+fn zero_memory_with_cpu_data_is_valid_and_memory_only_is_ignored() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let batch = |ts: i64, cpu: u64| {
+        vec![
+            container("pod1", "cpu-only", sample(ts, start, cpu * CORE_SECOND, 0)),
+            container(
+                "pod1",
+                "memory-only",
+                Sample {
+                    timestamp_ns: ts,
+                    memory_working_set_bytes: Some(MIB),
+                    ..Sample::default()
+                },
+            ),
+        ]
+    };
+    store.ingest(&n, &scrape(None, batch(T0, 10)), T0);
+    let t1 = T0 + 10 * SECOND;
+    let ingested = store.ingest(&n, &scrape(None, batch(t1, 15)), t1);
+    assert_eq!(ingested.containers_ignored, 1);
+    let pod = store
+        .pod("ns", "pod1", t1)
+        .expect("zero memory does not hide the pod");
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("cpu-only", 500_000_000, 0)]
+    );
+}
+
+#[test]
+fn pod_with_only_stubs_is_not_stored() {
+    let store = store(60);
+    let n = name("node1");
+    let stub = container("pod1", "init", sample(T0, T0 - SECOND, 0, 0));
+    let ingested = store.ingest(&n, &scrape(None, vec![stub.clone()]), T0);
+    assert_eq!((ingested.pods, ingested.containers_ignored), (1, 1));
+    store.ingest(&n, &scrape(None, vec![stub]), T0 + 10 * SECOND);
+    assert_eq!(store.pod("ns", "pod1", T0 + 10 * SECOND), None);
+    assert!(!store.readiness(T0 + 10 * SECOND).pods);
+}
+
+#[test]
+fn duplicate_container_in_one_scrape_is_ignored() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let c = container("pod1", "c1", sample(T0, start, CORE_SECOND, MIB));
+    let ingested = store.ingest(&n, &scrape(None, vec![c.clone(), c]), T0);
+    assert_eq!(ingested.containers_ignored, 1);
+}
+
+/// Two good scrapes of node1 with pod1 (15 s resolution, staleness 30 s); returns the time of
+/// the second.
+fn two_good_scrapes(store: &Store) -> i64 {
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    for (ts, cpu) in [(T0, 10), (T0 + 15 * SECOND, 25)] {
+        let batch = scrape(
+            Some(node_sample(ts, cpu * CORE_SECOND, MIB)),
+            vec![container(
+                "pod1",
+                "c1",
+                sample(ts, start, cpu * CORE_SECOND, MIB),
+            )],
+        );
+        store.ingest(&n, &batch, ts);
+    }
+    T0 + 15 * SECOND
+}
+
+#[test]
+fn failed_scrape_keeps_last_good_data_until_stale() {
+    let store = store(15);
+    assert_eq!(store.config().staleness, Duration::from_secs(30));
+    let t = two_good_scrapes(&store);
+    let n = name("node1");
+    // One failed scrape: still served (metrics-server would drop both for two periods).
+    store.scrape_failed(&n, t + 15 * SECOND);
+    let now = t + 30 * SECOND;
+    assert_eq!(
+        store.node("node1", now),
+        Some(usage(t, 15 * SECOND, 1_000_000_000, MIB))
+    );
+    assert!(store.pod("ns", "pod1", now).is_some());
+    assert_eq!(
+        store.readiness(now),
+        Readiness {
+            nodes: true,
+            pods: true
+        }
+    );
+
+    // Older than the staleness bound: absent for reads, still held until evicted.
+    let later = t + 31 * SECOND;
+    assert_eq!(store.node("node1", later), None);
+    assert_eq!(store.pod("ns", "pod1", later), None);
+    assert_eq!(store.readiness(later), Readiness::default());
+    assert_eq!(
+        store.points(),
+        Points {
+            nodes: 1,
+            containers: 1
+        }
+    );
+    store.evict_stale(later);
+    assert_eq!(store.points(), Points::default());
+    assert_eq!(
+        store.pod("ns", "pod1", t),
+        None,
+        "evicted, even for an earlier clock"
+    );
+}
+
+#[test]
+fn failed_scrape_past_staleness_frees_the_node() {
+    let store = store(15);
+    let t = two_good_scrapes(&store);
+    store.scrape_failed(&name("node1"), t + 30 * SECOND);
+    assert_eq!(
+        store.points(),
+        Points {
+            nodes: 1,
+            containers: 1
+        }
+    );
+    store.scrape_failed(&name("node1"), t + 31 * SECOND);
+    assert_eq!(store.points(), Points::default());
+    assert_eq!(store.pod("ns", "pod1", t), None);
+}
+
+#[test]
+fn evict_stale_keeps_fresh_nodes() {
+    let store = store(15);
+    let t = two_good_scrapes(&store);
+    store.evict_stale(t + 30 * SECOND);
+    assert!(store.node("node1", t + 30 * SECOND).is_some());
+    assert!(store.pod("ns", "pod1", t + 30 * SECOND).is_some());
+}
+
+#[test]
+fn remove_node_drops_its_pods_only() {
+    let store = store(15);
+    let t = two_good_scrapes(&store);
+    let start = T0 - 3600 * SECOND;
+    let n2 = name("node2");
+    for (ts, cpu) in [(T0, 10), (t, 25)] {
+        store.ingest(
+            &n2,
+            &scrape(
+                None,
+                vec![container(
+                    "pod2",
+                    "c1",
+                    sample(ts, start, cpu * CORE_SECOND, MIB),
+                )],
+            ),
+            ts,
+        );
+    }
+    store.remove_node("node1");
+    assert_eq!(store.node("node1", t), None);
+    assert_eq!(store.pod("ns", "pod1", t), None);
+    assert!(store.pod("ns", "pod2", t).is_some());
+    assert_eq!(
+        store.points(),
+        Points {
+            nodes: 0,
+            containers: 1
+        }
+    );
+}
+
+#[test]
+fn pods_missing_from_the_next_scrape_are_dropped() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let both = |ts: i64, cpu: u64| {
+        vec![
+            container("pod1", "c", sample(ts, start, cpu, MIB)),
+            container("pod2", "c", sample(ts, start, cpu, MIB)),
+        ]
+    };
+    store.ingest(&n, &scrape(None, both(T0, CORE_SECOND)), T0);
+    let t1 = T0 + 10 * SECOND;
+    store.ingest(&n, &scrape(None, both(t1, 2 * CORE_SECOND)), t1);
+    assert!(store.pod("ns", "pod2", t1).is_some());
+    let t2 = T0 + 20 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c",
+                sample(t2, start, 3 * CORE_SECOND, MIB),
+            )],
+        ),
+        t2,
+    );
+    assert!(store.pod("ns", "pod1", t2).is_some());
+    assert_eq!(store.pod("ns", "pod2", t2), None);
+
+    // Same number of pods, one replaced by another.
+    let t3 = T0 + 30 * SECOND;
+    let swapped = vec![
+        container("pod1", "c", sample(t3, start, 4 * CORE_SECOND, MIB)),
+        container("pod3", "c", sample(t3, start, 4 * CORE_SECOND, MIB)),
+    ];
+    store.ingest(&n, &scrape(None, swapped), t3);
+    let t4 = T0 + 40 * SECOND;
+    let swapped_back = vec![
+        container("pod2", "c", sample(t4, start, 5 * CORE_SECOND, MIB)),
+        container("pod3", "c", sample(t4, start, 5 * CORE_SECOND, MIB)),
+    ];
+    store.ingest(&n, &scrape(None, swapped_back), t4);
+    assert_eq!(store.pod("ns", "pod1", t4), None);
+    assert!(store.pod("ns", "pod3", t4).is_some());
+    assert_eq!(
+        store.pod("ns", "pod2", t4),
+        None,
+        "pod2 is new again: no previous point"
+    );
+}
+
+#[test]
+fn pod_moving_between_nodes_is_first_writer_wins_while_the_owner_is_fresh() {
+    let store = store(60);
+    let (a, b) = (name("node-a"), name("node-b"));
+    let start = T0 - 3600 * SECOND;
+    let pod_at = |ts: i64, cpu: u64| {
+        scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(ts, start, cpu * CORE_SECOND, MIB),
+            )],
+        )
+    };
+    store.ingest(&a, &pod_at(T0, 10), T0);
+    store.ingest(&a, &pod_at(T0 + 10 * SECOND, 20), T0 + 10 * SECOND);
+
+    // node-b reports the same pod while node-a's data is fresh: node-a keeps it.
+    let t = T0 + 20 * SECOND;
+    let from_b = store.ingest(&b, &pod_at(t, 500), t);
+    assert_eq!(from_b.pods_with_usage, 0);
+    let pod = store.pod("ns", "pod1", t).expect("still node-a's");
+    assert_eq!(pod.node, a);
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("c1", 1_000_000_000, MIB)]
+    );
+
+    // node-a stops reporting it; node-b's next two scrapes own it.
+    store.ingest(&a, &NodeScrape::default(), t);
+    assert_eq!(store.pod("ns", "pod1", t), None);
+    store.ingest(&b, &pod_at(T0 + 30 * SECOND, 510), T0 + 30 * SECOND);
+    store.ingest(&b, &pod_at(T0 + 40 * SECOND, 520), T0 + 40 * SECOND);
+    let pod = store
+        .pod("ns", "pod1", T0 + 40 * SECOND)
+        .expect("node-b's now");
+    assert_eq!(pod.node, b);
+    // node-a's later scrapes do not take it back or remove it.
+    store.ingest(&a, &NodeScrape::default(), T0 + 41 * SECOND);
+    assert_eq!(
+        store
+            .pod("ns", "pod1", T0 + 41 * SECOND)
+            .map(|p| p.node.clone()),
+        Some(b)
+    );
+}
+
+#[test]
+fn pod_of_a_stale_owner_is_taken_over_without_its_history() {
+    let store = store(15);
+    let t = two_good_scrapes(&store); // node1 owns pod1, last good at t
+    let b = name("node2");
+    let start = T0 - 60 * SECOND;
+    let later = t + 31 * SECOND; // node1 is stale now
+    store.ingest(
+        &b,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(later, start, 2 * CORE_SECOND, MIB),
+            )],
+        ),
+        later,
+    );
+    assert_eq!(
+        store.pod("ns", "pod1", later),
+        None,
+        "no pairing with node1's counters"
+    );
+    let t2 = later + 15 * SECOND;
+    store.ingest(
+        &b,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(t2, start, 5 * CORE_SECOND, MIB),
+            )],
+        ),
+        t2,
+    );
+    let pod = store.pod("ns", "pod1", t2).expect("node2 owns it");
+    assert_eq!(pod.node, b);
+    assert_eq!(&*pod.containers, &[container_usage("c1", 200_000_000, MIB)]);
+    // node1 is removed later: node2's pod stays.
+    store.remove_node("node1");
+    assert!(store.pod("ns", "pod1", t2).is_some());
+}
+
+// ---- summary usageNanoCores ----
+
+#[test]
+fn summary_nanocores_give_usage_after_one_scrape() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let with_rate = |ts: i64, nanocores: u64| Sample {
+        timestamp_ns: ts,
+        cpu_usage_ns_total: Some(1000 * CORE_SECOND),
+        cpu_nanocores: Some(nanocores),
+        memory_working_set_bytes: Some(3 * MIB),
+        start_time_ns: Some(start),
+    };
+    let first = store.ingest(
+        &n,
+        &scrape(
+            Some(with_rate(T0, 2_000_000_000)),
+            vec![container("pod1", "c1", with_rate(T0, 250_000_000))],
+        ),
+        T0,
+    );
+    assert_eq!((first.node_usage, first.pods_with_usage), (true, 1));
+    assert_eq!(
+        store.node("node1", T0),
+        Some(usage(T0, 10 * SECOND, 2_000_000_000, 3 * MIB))
+    );
+    let pod = store.pod("ns", "pod1", T0).expect("usage after one scrape");
+    assert_eq!((pod.timestamp_ns, pod.window_ns), (T0, 10 * SECOND));
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("c1", 250_000_000, 3 * MIB)]
+    );
+
+    // With a previous sample the window is the real interval.
+    let t1 = T0 + 15 * SECOND;
+    store.ingest(
+        &n,
+        &scrape(
+            Some(with_rate(t1, 1_500_000_000)),
+            vec![container("pod1", "c1", with_rate(t1, 300_000_000))],
+        ),
+        t1,
+    );
+    assert_eq!(
+        store.node("node1", t1),
+        Some(usage(t1, 15 * SECOND, 1_500_000_000, 3 * MIB))
+    );
+    let pod = store.pod("ns", "pod1", t1).expect("usage");
+    assert_eq!((pod.timestamp_ns, pod.window_ns), (t1, 15 * SECOND));
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("c1", 300_000_000, 3 * MIB)]
+    );
+}
+
+// ---- concurrency ----
+
+#[test]
+fn concurrent_ingests_and_reads_stay_consistent() {
+    const WRITERS: usize = 4;
+    const NODES_PER_WRITER: usize = 25;
+    const PODS: usize = 10;
+    const ROUNDS: i64 = 20;
+    let store = store(60);
+    let start = T0 - 3600 * SECOND;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let store = &store;
+        let done = &done;
+        let mut writers = Vec::new();
+        for w in 0..WRITERS {
+            writers.push(scope.spawn(move || {
+                for round in 0..ROUNDS {
+                    let ts = T0 + round * 10 * SECOND;
+                    // Every container uses exactly one core.
+                    let cpu = (round as u64) * 10 * CORE_SECOND;
+                    for n in 0..NODES_PER_WRITER {
+                        let node = name(&format!("node-{w}-{n}"));
+                        let containers = (0..PODS)
+                            .flat_map(|p| {
+                                ["a", "b"].map(|c| ContainerSample {
+                                    namespace: Cow::Owned(format!("ns-{w}")),
+                                    pod: Cow::Owned(format!("pod-{n}-{p}")),
+                                    container: Cow::Borrowed(c),
+                                    sample: sample(ts, start, cpu, MIB),
+                                })
+                            })
+                            .collect();
+                        store.ingest(
+                            &node,
+                            &scrape(Some(node_sample(ts, cpu + 1, MIB)), containers),
+                            ts,
+                        );
+                    }
+                }
+            }));
+        }
+        for r in 0..2 {
+            scope.spawn(move || {
+                let mut seen = 0u64;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    for w in 0..WRITERS {
+                        for n in 0..NODES_PER_WRITER {
+                            let node = format!("node-{w}-{n}");
+                            if let Some(u) = store.node(&node, T0 + ROUNDS * 10 * SECOND) {
+                                assert_eq!(
+                                    (u.cpu_nanocores, u.window_ns),
+                                    (1_000_000_000, 10 * SECOND)
+                                );
+                            }
+                            let pod = store.pod(
+                                &format!("ns-{w}"),
+                                &format!("pod-{n}-{}", (n + r) % PODS),
+                                T0 + ROUNDS * 10 * SECOND,
+                            );
+                            if let Some(pod) = pod {
+                                seen += 1;
+                                assert_eq!(pod.node.as_str(), node);
+                                assert_eq!(names(&pod), ["a", "b"]);
+                                assert!(
+                                    pod.containers
+                                        .iter()
+                                        .all(|c| c.cpu_nanocores == 1_000_000_000)
+                                );
+                            }
+                        }
+                    }
+                    let _ = store.readiness(T0);
+                    let _ = store.points();
+                }
+                seen
+            });
+        }
+        for writer in writers {
+            writer.join().expect("writer finished");
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let now = T0 + (ROUNDS - 1) * 10 * SECOND;
+    let total = (WRITERS * NODES_PER_WRITER) as u64;
+    assert_eq!(
+        store.points(),
+        Points {
+            nodes: total,
+            containers: total * PODS as u64 * 2
+        }
+    );
+    assert_eq!(
+        store.readiness(now),
+        Readiness {
+            nodes: true,
+            pods: true
+        }
+    );
+    for w in 0..WRITERS {
+        for n in 0..NODES_PER_WRITER {
+            for p in 0..PODS {
+                let pod = store
+                    .pod(&format!("ns-{w}"), &format!("pod-{n}-{p}"), now)
+                    .expect("every pod has usage");
+                assert_eq!(pod.timestamp_ns, now);
+            }
+        }
+    }
+}
