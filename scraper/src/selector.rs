@@ -318,7 +318,11 @@ fn err(message: String) -> SelectorError {
 }
 
 /// apimachinery `NewRequirement`: the checks and the aggregated error text.
-fn new_requirement(key: &str, op: Op, mut values: Vec<String>) -> Result<Requirement, SelectorError> {
+fn new_requirement(
+    key: &str,
+    op: Op,
+    mut values: Vec<String>,
+) -> Result<Requirement, SelectorError> {
     values.sort();
     values.dedup();
     let mut errors: Vec<String> = Vec::new();
@@ -330,12 +334,10 @@ fn new_requirement(key: &str, op: Op, mut values: Vec<String>) -> Result<Require
             "values: Invalid value: {}: for 'in', 'notin' operators, values set can't be empty",
             go_string_slice(&values)
         )),
-        Op::Equals | Op::DoubleEquals | Op::NotEquals if values.len() != 1 => {
-            errors.push(format!(
-                "values: Invalid value: {}: exact-match compatibility requires one single value",
-                go_string_slice(&values)
-            ))
-        }
+        Op::Equals | Op::DoubleEquals | Op::NotEquals if values.len() != 1 => errors.push(format!(
+            "values: Invalid value: {}: exact-match compatibility requires one single value",
+            go_string_slice(&values)
+        )),
         Op::Exists | Op::DoesNotExist if !values.is_empty() => errors.push(format!(
             "values: Invalid value: {}: values set must be empty for exists and does not exist",
             go_string_slice(&values)
@@ -436,8 +438,7 @@ fn is_qualified_name_part(s: &str) -> bool {
         (Some(f), Some(l)) => {
             f.is_ascii_alphanumeric()
                 && l.is_ascii_alphanumeric()
-                && b
-                    .iter()
+                && b.iter()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         }
         _ => false,
@@ -476,7 +477,11 @@ fn qualified_name_errors(value: &str) -> Vec<String> {
                 if !is_dns1123_subdomain(prefix) {
                     errs.push(format!(
                         "prefix part {}",
-                        regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"])
+                        regex_error(
+                            DNS1123_SUBDOMAIN_ERR,
+                            DNS1123_SUBDOMAIN_FMT,
+                            &["example.com"]
+                        )
                     ));
                 }
             }
@@ -498,7 +503,11 @@ fn qualified_name_errors(value: &str) -> Vec<String> {
     if !is_qualified_name_part(name) {
         errs.push(format!(
             "name part {}",
-            regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            regex_error(
+                QUALIFIED_NAME_ERR,
+                QUALIFIED_NAME_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
         ));
     }
     errs
@@ -731,8 +740,8 @@ fn split_term(term: &str) -> Option<(&str, &'static str, &str)> {
     for (i, _) in term.char_indices() {
         let rest = &term[i..];
         for op in ["!=", "==", "="] {
-            if rest.starts_with(op) {
-                return Some((&term[..i], op, &rest[op.len()..]));
+            if let Some(rhs) = rest.strip_prefix(op) {
+                return Some((&term[..i], op, rhs));
             }
         }
     }
@@ -780,6 +789,7 @@ fn unescape_value(s: &str) -> Result<String, SelectorError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use std::sync::Arc;
 
@@ -934,7 +944,9 @@ mod tests {
             "unable to parse requirement: <nil>: Invalid value: \"Example.com/a\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
         );
         assert!(parse_err("a/b/c").contains("a qualified name must consist of"));
-        assert!(parse_err(&"k".repeat(64)).contains("name part must be no more than 63 characters"));
+        assert!(
+            parse_err(&"k".repeat(64)).contains("name part must be no more than 63 characters")
+        );
         assert_eq!(
             parse_err("a=b$"),
             "unable to parse requirement: values[0][a]: Invalid value: \"b$\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
@@ -944,7 +956,10 @@ mod tests {
             "unable to parse requirement: values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer"
         );
         // Several errors are aggregated in brackets.
-        assert!(parse_err("a in (-x,-y)").starts_with("unable to parse requirement: [values[0][a]: Invalid value: \"-x\""));
+        assert!(
+            parse_err("a in (-x,-y)")
+                .starts_with("unable to parse requirement: [values[0][a]: Invalid value: \"-x\"")
+        );
     }
 
     #[test]
@@ -973,9 +988,21 @@ mod tests {
             e("spec.nodeName=n1"),
             "\"spec.nodeName\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
         );
-        assert_eq!(e("metadata.name"), "invalid selector: 'metadata.name'; can't understand 'metadata.name'");
-        assert_eq!(e("metadata.name=a=b"), "invalid field selector: unescaped character in value: 61");
-        assert_eq!(e("metadata.name=a\\x"), "invalid field selector: invalid escape sequence: \\x");
-        assert_eq!(e("metadata.name=a\\"), "invalid field selector: invalid escape sequence: \\");
+        assert_eq!(
+            e("metadata.name"),
+            "invalid selector: 'metadata.name'; can't understand 'metadata.name'"
+        );
+        assert_eq!(
+            e("metadata.name=a=b"),
+            "invalid field selector: unescaped character in value: 61"
+        );
+        assert_eq!(
+            e("metadata.name=a\\x"),
+            "invalid field selector: invalid escape sequence: \\x"
+        );
+        assert_eq!(
+            e("metadata.name=a\\"),
+            "invalid field selector: invalid escape sequence: \\"
+        );
     }
 }

@@ -1,0 +1,100 @@
+//! JSON string writing with Go `encoding/json` escaping (HTML-safe, as `json.Encoder` does by
+//! default, which is what the apiserver's serializer uses).
+
+/// Bytes that need escaping in ASCII: control characters, `"`, `\`, `<`, `>`, `&`.
+const fn escape_table() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[b'<' as usize] = true;
+    t[b'>' as usize] = true;
+    t[b'&' as usize] = true;
+    // Lead byte of U+2028 / U+2029, checked further when met.
+    t[0xE2] = true;
+    t
+}
+
+static ESCAPE: [bool; 256] = escape_table();
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Writes `s` as a quoted JSON string, byte-identical to Go's `json.Marshal`.
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if !ESCAPE[b as usize] {
+            i += 1;
+            continue;
+        }
+        if b == 0xE2 {
+            // U+2028 is E2 80 A8, U+2029 is E2 80 A9.
+            if bytes.get(i + 1) == Some(&0x80) && matches!(bytes.get(i + 2), Some(0xA8 | 0xA9)) {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(if bytes[i + 2] == 0xA8 {
+                    b"\\u2028"
+                } else {
+                    b"\\u2029"
+                });
+                i += 3;
+                start = i;
+            } else {
+                i += 1;
+            }
+            continue;
+        }
+        out.extend_from_slice(&bytes[start..i]);
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0C => out.extend_from_slice(b"\\f"),
+            _ => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 0xF) as usize]);
+            }
+        }
+        i += 1;
+        start = i;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> String {
+        let mut out = Vec::new();
+        write_str(&mut out, v);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn escapes_like_go() {
+        assert_eq!(s("plain-name.1"), "\"plain-name.1\"");
+        assert_eq!(s("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(s("<a>&"), "\"\\u003ca\\u003e\\u0026\"");
+        assert_eq!(
+            s("\n\r\t\u{8}\u{c}\u{1}\u{1f}"),
+            "\"\\n\\r\\t\\b\\f\\u0001\\u001f\""
+        );
+        assert_eq!(s("x\u{2028}y\u{2029}z"), "\"x\\u2028y\\u2029z\"");
+        // Other non-ASCII (including other E2 sequences) is written raw.
+        assert_eq!(s("µs – é"), "\"µs – é\"");
+        assert_eq!(s(""), "\"\"");
+    }
+}
