@@ -20,10 +20,12 @@ const NOW: i64 = 1_715_611_608 * S;
 /// 2024-05-13T14:46:35Z
 const TS: i64 = 1_715_611_595 * S;
 
+type PodEntry = (Arc<PodRecord>, Option<Arc<PodUsage>>);
+
 #[derive(Default)]
 pub(crate) struct Fake {
     pub nodes: BTreeMap<String, (Arc<NodeRecord>, Option<Usage>)>,
-    pub pods: BTreeMap<(String, String), (Arc<PodRecord>, Option<Arc<PodUsage>>)>,
+    pub pods: BTreeMap<(String, String), PodEntry>,
     /// Hand records out in reverse order, to prove the API sorts.
     pub reverse: bool,
 }
