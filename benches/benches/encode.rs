@@ -23,12 +23,36 @@ use scraper::selector::LabelSelector;
 
 const NOW_NS: i64 = 1_715_611_608_000_000_000;
 
+/// FNV-1a: a cheap hash so the fake's lookups do not dominate the profile.
+#[derive(Clone, Copy, Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+
 struct Memory {
     nodes: Vec<Arc<NodeRecord>>,
-    node_usage: HashMap<String, Usage>,
+    node_usage: FastMap<String, Usage>,
     pods: Vec<Arc<PodRecord>>,
     /// namespace -> name -> usage (the store is a hash map too).
-    pod_usage: HashMap<Arc<str>, HashMap<Arc<str>, Arc<PodUsage>>>,
+    pod_usage: FastMap<Arc<str>, FastMap<Arc<str>, Arc<PodUsage>>>,
 }
 
 fn labels(pairs: &[(&str, String)]) -> Labels {
@@ -44,9 +68,9 @@ impl Memory {
     fn new(nodes: usize, pods_per_node: usize) -> Self {
         let mut m = Memory {
             nodes: Vec::new(),
-            node_usage: HashMap::new(),
+            node_usage: FastMap::default(),
             pods: Vec::new(),
-            pod_usage: HashMap::new(),
+            pod_usage: FastMap::default(),
         };
         for n in 0..nodes {
             let name = format!("node-{n:05}");

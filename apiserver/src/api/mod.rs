@@ -367,7 +367,9 @@ impl<S: Source> Handler<S> {
         now_ns: i64,
     ) -> Vec<NodeItem> {
         let mut nodes = self.source.nodes();
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        if !nodes.is_sorted_by(|a, b| a.name <= b.name) {
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        }
         let mut batch = self.freshness.batch();
         let mut items = Vec::with_capacity(nodes.len());
         for record in nodes {
@@ -393,7 +395,9 @@ impl<S: Source> Handler<S> {
         // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
         let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
         let mut pods = self.source.pods(namespace);
-        pods.sort_by(|a, b| a.key.cmp(&b.key));
+        if !pods.is_sorted_by(|a, b| a.key <= b.key) {
+            pods.sort_by(|a, b| a.key.cmp(&b.key));
+        }
         let mut batch = self.freshness.batch();
         let mut items = Vec::with_capacity(pods.len());
         for record in pods {

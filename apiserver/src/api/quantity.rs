@@ -35,7 +35,7 @@ pub fn write_memory_bytes(out: &mut Vec<u8>, bytes: u128) {
     let mut amount = bytes;
     let mut power = 0;
     while amount.is_multiple_of(1024) && power < BINARY_SUFFIXES.len() - 1 {
-        amount /= 1024;
+        amount >>= 10;
         power += 1;
     }
     write_u128(out, amount);
@@ -55,6 +55,13 @@ pub fn write_memory(out: &mut Vec<u8>, bytes: u64) {
 /// `int64Amount.AsCanonicalBytes` + the DecimalSI suffix: strip factors of ten into the
 /// exponent, then bring the exponent down to a multiple of three.
 fn write_decimal_si(out: &mut Vec<u8>, mantissa: u128, scale: i32) {
+    // The common case stays in u64 arithmetic (u128 division is a library call).
+    if let Ok(m) = u64::try_from(mantissa)
+        && m <= u64::MAX / 100
+    {
+        write_decimal_si_u64(out, m, scale);
+        return;
+    }
     if mantissa == 0 {
         out.push(b'0');
         return;
@@ -89,8 +96,44 @@ fn write_decimal_si(out: &mut Vec<u8>, mantissa: u128, scale: i32) {
     }
 }
 
+/// [`write_decimal_si`] for mantissas up to `u64::MAX / 100` (the x100 cannot overflow).
+fn write_decimal_si_u64(out: &mut Vec<u8>, mantissa: u64, scale: i32) {
+    if mantissa == 0 {
+        out.push(b'0');
+        return;
+    }
+    let mut amount = mantissa;
+    let mut exponent = scale;
+    while amount.is_multiple_of(10) {
+        amount /= 10;
+        exponent += 1;
+    }
+    match exponent.rem_euclid(3) {
+        1 => {
+            amount *= 10;
+            exponent -= 1;
+        }
+        2 => {
+            amount *= 100;
+            exponent -= 2;
+        }
+        _ => {}
+    }
+    write_u64(out, amount);
+    // Exponents stay within -9..=18 for these inputs.
+    let index = (exponent / 3 + 3) as usize;
+    if let Some(suffix) = DECIMAL_SUFFIXES.get(index) {
+        out.extend_from_slice(suffix.as_bytes());
+    }
+}
+
 /// Decimal digits of `v`.
-pub fn write_u128(out: &mut Vec<u8>, mut v: u128) {
+pub fn write_u128(out: &mut Vec<u8>, v: u128) {
+    if let Ok(small) = u64::try_from(v) {
+        write_u64(out, small);
+        return;
+    }
+    let mut v = v;
     let mut buf = [0u8; 40];
     let mut i = buf.len();
     loop {
@@ -104,17 +147,29 @@ pub fn write_u128(out: &mut Vec<u8>, mut v: u128) {
     out.extend_from_slice(&buf[i..]);
 }
 
-/// Decimal digits of `v` (fast path for the common width).
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Decimal digits of `v`, two at a time.
 pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
-    loop {
+    while v >= 100 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if v >= 10 {
+        let pair = v as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        buf[i] = b'0' + v as u8;
     }
     out.extend_from_slice(&buf[i..]);
 }
@@ -203,6 +258,18 @@ mod tests {
         ];
         for (v, want) in cases {
             assert_eq!(mem(*v), *want, "memory {v}");
+        }
+    }
+
+    #[test]
+    fn integer_writers() {
+        for v in [0u64, 7, 10, 99, 100, 101, 12345, 1_000_000, u64::MAX] {
+            let mut out = Vec::new();
+            write_u64(&mut out, v);
+            assert_eq!(out, v.to_string().as_bytes());
+            out.clear();
+            write_u128(&mut out, u128::from(v) * 1000 + 7);
+            assert_eq!(out, (u128::from(v) * 1000 + 7).to_string().as_bytes());
         }
     }
 
