@@ -38,15 +38,22 @@ fn word_needs_care(w: u64) -> bool {
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
-    // Skip 8 bytes at a time while nothing needs a look.
+    // Skip 8 bytes at a time while nothing needs a look; the tail is padded with a plain
+    // byte. A clean string is copied in one go.
     let mut i = 0;
-    while let Some(chunk) = bytes.get(i..i + 8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
+    while i < bytes.len() {
+        let mut word = [b'a'; 8];
+        let n = (bytes.len() - i).min(8);
+        word[..n].copy_from_slice(&bytes[i..i + n]);
         if word_needs_care(u64::from_le_bytes(word)) {
             break;
         }
-        i += 8;
+        i += n;
+    }
+    if i == bytes.len() {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
     }
     let mut start = 0;
     while i < bytes.len() {

@@ -35,7 +35,7 @@ use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
-use scraper::point::{PodUsage, Usage};
+use scraper::point::{PodKey, PodUsage, Usage};
 use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 
@@ -394,14 +394,19 @@ impl<S: Source> Handler<S> {
     fn list_pods(&self, namespace: Option<&str>, q: &ListQuery, now_ns: i64) -> Vec<PodItem> {
         // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
         let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
-        let mut pods = self.source.pods(namespace);
-        if !pods.is_sorted_by(|a, b| a.key <= b.key) {
-            pods.sort_by(|a, b| a.key.cmp(&b.key));
-        }
+        let pods = self.source.pods(namespace);
         let mut batch = self.freshness.batch();
         let mut items = Vec::with_capacity(pods.len());
-        for record in pods {
+        // The source promises namespace/name order; checked on the way (the keys are being
+        // read anyway) and restored if broken.
+        let mut sorted = true;
+        let mut previous: Option<&PodKey> = None;
+        for record in &pods {
             let key = &record.key;
+            if let Some(p) = previous {
+                sorted &= p <= key;
+            }
+            previous = Some(key);
             if namespace.is_some_and(|ns| *key.namespace != *ns)
                 || !q.labels.matches(&record.labels)
                 || !q.fields.matches(&key.name, &key.namespace)
@@ -410,8 +415,14 @@ impl<S: Source> Handler<S> {
             }
             if let Some(usage) = self.source.pod_usage(&key.namespace, &key.name, now_ns) {
                 batch.observe(now_ns, usage.timestamp_ns);
-                items.push(PodItem { record, usage });
+                items.push(PodItem {
+                    record: Arc::clone(record),
+                    usage,
+                });
             }
+        }
+        if !sorted {
+            items.sort_by(|a, b| a.record.key.cmp(&b.record.key));
         }
         items
     }
