@@ -609,7 +609,9 @@ async fn health_is_anonymous_and_metrics_needs_authorization() {
     assert_eq!(reviews[0].0.path.as_deref(), Some("/metrics"));
 
     // A client certificate of the cluster CA (client-ca-file from the ConfigMap).
-    let prometheus = cp.issue_client_cert("prometheus", &["monitoring", "ops"]).unwrap();
+    let prometheus = cp
+        .issue_client_cert("prometheus", &["monitoring", "ops"])
+        .unwrap();
     let (status, body) = must_get(server.addr, Some(&prometheus.identity), "/metrics", &[]).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body.contains("apiserver_request_total"), "{body}");
