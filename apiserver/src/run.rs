@@ -696,6 +696,57 @@ mod tests {
         assert_eq!(err.exit_code(), 64);
     }
 
+    #[tokio::test]
+    async fn delegated_kubeconfigs_default_to_the_cluster_and_setup_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("authn.kubeconfig");
+        std::fs::write(
+            &file,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.9:6443\n\
+             users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+             current-context: c\n",
+        )
+        .unwrap();
+        let cluster = kube::Config::new("https://10.0.0.1:6443".parse().unwrap());
+        let setup = kube::Config::new("https://10.0.0.2:6443".parse().unwrap());
+        let host = |c: kube::Config| c.cluster_url.to_string();
+        let pick = |auth: Auth, flag: Option<&Path>, cluster: Option<&kube::Config>| {
+            let auth = auth.clone();
+            let flag = flag.map(Path::to_path_buf);
+            let cluster = cluster.cloned();
+            async move {
+                delegated_kube_config(
+                    "authentication",
+                    &auth,
+                    flag.as_deref(),
+                    cluster.as_ref(),
+                    None,
+                )
+                .await
+            }
+        };
+        let from_cluster = pick(Auth::FromFlags, None, Some(&cluster)).await.unwrap();
+        assert_eq!(host(from_cluster), "https://10.0.0.1:6443/");
+        let from_flag = pick(Auth::FromFlags, Some(&file), Some(&cluster))
+            .await
+            .unwrap();
+        assert_eq!(host(from_flag), "https://10.0.0.9:6443/");
+        let from_setup = pick(Auth::Kube(Box::new(setup)), Some(&file), Some(&cluster))
+            .await
+            .unwrap();
+        assert_eq!(host(from_setup), "https://10.0.0.2:6443/");
+        let missing = dir.path().join("absent");
+        let err = pick(Auth::FromFlags, Some(&missing), Some(&cluster))
+            .await
+            .unwrap_err();
+        assert_eq!(err.exit_code(), 64);
+        assert!(
+            err.to_string()
+                .starts_with("failed to get delegated authentication kubeconfig: "),
+            "{err}"
+        );
+    }
+
     #[test]
     fn missing_kubelet_ca_file_is_a_configuration_error() {
         let err = kubelet_config(
