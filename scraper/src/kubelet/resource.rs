@@ -31,7 +31,8 @@ pub(super) mod tests;
 /// anywhere, or a negative timestamp on a series that is read, fails the whole body, as
 /// metrics-server's `decodeBatch` does.
 pub fn parse(body: &[u8], default_timestamp_ns: i64) -> Result<NodeScrape<'_>, ParseError> {
-    let text = std::str::from_utf8(body).map_err(|e| error(ParseErrorKind::Utf8, e.valid_up_to()))?;
+    let text =
+        std::str::from_utf8(body).map_err(|e| error(ParseErrorKind::Utf8, e.valid_up_to()))?;
     let mut parser = Parser {
         text,
         bytes: body,
@@ -151,7 +152,8 @@ impl<'a> Parser<'a> {
             while pos < end && !is_blank(b[pos]) {
                 pos += 1;
             }
-            let ns = timestamp_ns(&b[ts_start..pos]).ok_or(error(ParseErrorKind::Timestamp, ts_start))?;
+            let ns = timestamp_ns(&b[ts_start..pos])
+                .ok_or(error(ParseErrorKind::Timestamp, ts_start))?;
             pos = skip_blanks(b, pos, end);
             if pos != end {
                 return Err(error(ParseErrorKind::Syntax, pos));
@@ -403,9 +405,10 @@ impl<'a> Containers<'a> {
             self.hint_family = family;
             self.hint = 0;
         }
-        let hit = self.list.get(self.hint).is_some_and(|c| {
-            c.container == container && c.pod == pod && c.namespace == namespace
-        });
+        let hit = self
+            .list
+            .get(self.hint)
+            .is_some_and(|c| c.container == container && c.pod == pod && c.namespace == namespace);
         let idx = if hit {
             self.hint
         } else {

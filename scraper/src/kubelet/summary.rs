@@ -10,8 +10,8 @@ use std::borrow::Cow;
 use std::fmt;
 
 use memchr::memchr;
-use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 
 use super::{ParseError, ParseErrorKind};
 use crate::point::{ContainerSample, NodeScrape, Sample};
@@ -264,9 +264,8 @@ pub fn rfc3339_ns(s: &str) -> Option<i64> {
         _ => return None,
     };
 
-    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60
-        + second
-        - offset_s;
+    let seconds =
+        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
     seconds.checked_mul(1_000_000_000)?.checked_add(frac_ns)
 }
 

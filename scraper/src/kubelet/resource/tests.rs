@@ -103,8 +103,16 @@ fn seventy_pod_fixture_yields_one_node_and_seventy_pods() {
 fn seventy_pod_fixture_keeps_per_container_timestamps() {
     let body = fixture(SEVENTY_PODS);
     let scrape = parse(&body, DEFAULT_NS).expect("parses");
-    let min = scrape.containers.iter().map(|c| c.sample.timestamp_ns).min();
-    let max = scrape.containers.iter().map(|c| c.sample.timestamp_ns).max();
+    let min = scrape
+        .containers
+        .iter()
+        .map(|c| c.sample.timestamp_ns)
+        .min();
+    let max = scrape
+        .containers
+        .iter()
+        .map(|c| c.sample.timestamp_ns)
+        .max();
     assert_eq!(min, Some(1_633_253_798_973 * MS));
     assert_eq!(max, Some(1_633_253_817_851 * MS));
 }
@@ -274,7 +282,13 @@ container_start_time_seconds{container="metrics-server",namespace="kubernetes-da
 
 #[test]
 fn timestamps_that_overflow_or_are_not_integers_fail() {
-    for ts in ["9223372036854775807", "99999999999999999999", "1.5", "12a", "+"] {
+    for ts in [
+        "9223372036854775807",
+        "99999999999999999999",
+        "1.5",
+        "12a",
+        "+",
+    ] {
         let body = format!("node_cpu_usage_seconds_total 1 {ts}\n");
         let err = parse(body.as_bytes(), 0).expect_err(ts);
         assert_eq!(err.kind, ParseErrorKind::Timestamp, "{ts}");
@@ -458,17 +472,33 @@ fn garbage_and_error_pages_fail_with_an_offset() {
             0,
         ),
         (b"{\"node\":{}}", ParseErrorKind::Syntax, 0),
-        (b"# ok\nscrape_error 0\n404 page not found\n", ParseErrorKind::Syntax, 20),
+        (
+            b"# ok\nscrape_error 0\n404 page not found\n",
+            ParseErrorKind::Syntax,
+            20,
+        ),
         (b"scrape_error\n", ParseErrorKind::Syntax, 12),
         (b"scrape-error 0\n", ParseErrorKind::Syntax, 6),
-        (b"node_cpu_usage_seconds_total abc 1\n", ParseErrorKind::Value, 29),
-        (b"node_cpu_usage_seconds_total 1 2 3\n", ParseErrorKind::Syntax, 33),
+        (
+            b"node_cpu_usage_seconds_total abc 1\n",
+            ParseErrorKind::Value,
+            29,
+        ),
+        (
+            b"node_cpu_usage_seconds_total 1 2 3\n",
+            ParseErrorKind::Syntax,
+            33,
+        ),
         (
             b"container_cpu_usage_seconds_total{pod=\"p} 1 2\n",
             ParseErrorKind::Labels,
             45,
         ),
-        (b"node_cpu_usage_seconds_total \xff\n", ParseErrorKind::Utf8, 29),
+        (
+            b"node_cpu_usage_seconds_total \xff\n",
+            ParseErrorKind::Utf8,
+            29,
+        ),
     ];
     for (body, kind, offset) in cases {
         let err = parse(body, 0).expect_err(&String::from_utf8_lossy(body));
@@ -548,7 +578,11 @@ pub(in crate::kubelet) fn mutate(rng: &mut Rng, body: &mut Vec<u8>) {
 
 #[test]
 fn mutation_fuzz_never_panics() {
-    let seeds = [fixture(SEVENTY_PODS), fixture(SONGLEO), NORMAL.as_bytes().to_vec()];
+    let seeds = [
+        fixture(SEVENTY_PODS),
+        fixture(SONGLEO),
+        NORMAL.as_bytes().to_vec(),
+    ];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut errors = 0;
     for i in 0..3000 {
