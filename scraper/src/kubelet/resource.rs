@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use memchr::{memchr, memchr2};
+use memchr::memchr;
 
 use super::{ParseError, ParseErrorKind};
 use crate::point::{ContainerSample, NodeScrape, Sample};
@@ -41,7 +41,7 @@ pub fn parse(body: &[u8], default_timestamp_ns: i64) -> Result<NodeScrape<'_>, P
             timestamp_ns: default_timestamp_ns,
             ..Sample::default()
         },
-        containers: Containers::default(),
+        containers: Containers::with_capacity(body.len()),
     };
     let mut start = 0;
     while start < body.len() {
@@ -73,17 +73,38 @@ enum Family {
     Other,
 }
 
-impl Family {
-    fn of(name: &[u8]) -> Family {
-        match name {
-            b"node_cpu_usage_seconds_total" => Family::NodeCpu,
-            b"node_memory_working_set_bytes" => Family::NodeMemory,
-            b"container_cpu_usage_seconds_total" => Family::ContainerCpu,
-            b"container_memory_working_set_bytes" => Family::ContainerMemory,
-            b"container_start_time_seconds" => Family::ContainerStart,
-            _ => Family::Other,
-        }
-    }
+/// The family a line starts with and the length of its name, when it is one that is read:
+/// the exact name followed by `{`, a space or a tab.
+fn known_family(line: &[u8]) -> Option<(Family, usize)> {
+    const NODE: [(&[u8], Family); 2] = [
+        (b"node_cpu_usage_seconds_total", Family::NodeCpu),
+        (b"node_memory_working_set_bytes", Family::NodeMemory),
+    ];
+    const CONTAINER: [(&[u8], Family); 3] = [
+        (b"container_cpu_usage_seconds_total", Family::ContainerCpu),
+        (
+            b"container_memory_working_set_bytes",
+            Family::ContainerMemory,
+        ),
+        (b"container_start_time_seconds", Family::ContainerStart),
+    ];
+    let candidates: &[(&[u8], Family)] = match line.first()? {
+        b'c' => &CONTAINER,
+        b'n' => &NODE,
+        _ => return None,
+    };
+    candidates.iter().find_map(|&(name, family)| {
+        let terminated = matches!(line.get(name.len()), Some(b'{' | b' ' | b'\t'));
+        (terminated && line.starts_with(name)).then_some((family, name.len()))
+    })
+}
+
+/// Which label a label name is.
+enum Label {
+    Namespace,
+    Pod,
+    Container,
+    Other,
 }
 
 /// The three labels that identify a container series.
@@ -110,23 +131,22 @@ impl<'a> Parser<'a> {
         if pos == end || b[pos] == b'#' {
             return Ok(());
         }
-        if !is_name_start(b[pos]) {
-            return Err(error(ParseErrorKind::Syntax, pos));
-        }
-        let name_start = pos;
-        pos += 1;
-        while pos < end && is_name_char(b[pos]) {
+        let Some((family, name_len)) = known_family(&b[pos..end]) else {
+            // A skipped family: the line must still start with a metric name.
+            if !is(NAME_START, b[pos]) {
+                return Err(error(ParseErrorKind::Syntax, pos));
+            }
             pos += 1;
-        }
-        if pos == end || !matches!(b[pos], b'{' | b' ' | b'\t') {
-            return Err(error(ParseErrorKind::Syntax, pos));
-        }
-        let family = Family::of(&b[name_start..pos]);
-        if family == Family::Other {
+            while pos < end && is(NAME, b[pos]) {
+                pos += 1;
+            }
+            if pos == end || !matches!(b[pos], b'{' | b' ' | b'\t') {
+                return Err(error(ParseErrorKind::Syntax, pos));
+            }
             return Ok(());
-        }
+        };
+        pos = skip_blanks(b, pos + name_len, end);
 
-        pos = skip_blanks(b, pos, end);
         let mut labels = Labels::default();
         if pos < end && b[pos] == b'{' {
             pos = self.labels(pos + 1, end, &mut labels)?;
@@ -134,27 +154,30 @@ impl<'a> Parser<'a> {
         }
 
         let value_start = pos;
-        while pos < end && !is_blank(b[pos]) {
-            pos += 1;
-        }
-        if pos == value_start {
-            return Err(error(ParseErrorKind::Syntax, pos));
-        }
-        let value: f64 = self
-            .text
-            .get(value_start..pos)
-            .and_then(|s| s.parse().ok())
-            .ok_or(error(ParseErrorKind::Value, value_start))?;
+        let value = match parse_float(b, pos, end) {
+            Some((value, value_end)) => {
+                pos = value_end;
+                value
+            }
+            None => {
+                while pos < end && !is_blank(b[pos]) {
+                    pos += 1;
+                }
+                if pos == value_start {
+                    return Err(error(ParseErrorKind::Syntax, pos));
+                }
+                self.text
+                    .get(value_start..pos)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or(error(ParseErrorKind::Value, value_start))?
+            }
+        };
 
         pos = skip_blanks(b, pos, end);
         let timestamp_ns = if pos < end {
-            let ts_start = pos;
-            while pos < end && !is_blank(b[pos]) {
-                pos += 1;
-            }
-            let ns = timestamp_ns(&b[ts_start..pos])
-                .ok_or(error(ParseErrorKind::Timestamp, ts_start))?;
-            pos = skip_blanks(b, pos, end);
+            let (ns, ts_end) =
+                timestamp_ns(b, pos, end).ok_or(error(ParseErrorKind::Timestamp, pos))?;
+            pos = skip_blanks(b, ts_end, end);
             if pos != end {
                 return Err(error(ParseErrorKind::Syntax, pos));
             }
@@ -225,29 +248,44 @@ impl<'a> Parser<'a> {
             if b[pos] == b'}' {
                 return Ok(pos + 1);
             }
-            if !is_label_start(b[pos]) {
-                return Err(error(ParseErrorKind::Labels, pos));
-            }
-            let name_start = pos;
-            pos += 1;
-            while pos < end && is_label_char(b[pos]) {
+            let rest = &b[pos..end];
+            let (key, value_start) = if rest.starts_with(b"container=\"") {
+                (Label::Container, pos + 11)
+            } else if rest.starts_with(b"namespace=\"") {
+                (Label::Namespace, pos + 11)
+            } else if rest.starts_with(b"pod=\"") {
+                (Label::Pod, pos + 5)
+            } else {
+                if !is(LABEL_START, b[pos]) {
+                    return Err(error(ParseErrorKind::Labels, pos));
+                }
+                let name_start = pos;
                 pos += 1;
-            }
-            let name = &b[name_start..pos];
-            pos = skip_blanks(b, pos, end);
-            if pos == end || b[pos] != b'=' {
-                return Err(error(ParseErrorKind::Labels, pos));
-            }
-            pos = skip_blanks(b, pos + 1, end);
-            if pos == end || b[pos] != b'"' {
-                return Err(error(ParseErrorKind::Labels, pos));
-            }
-            let (value, after) = self.label_value(pos + 1, end)?;
-            match name {
-                b"namespace" => labels.namespace = Some(value),
-                b"pod" => labels.pod = Some(value),
-                b"container" => labels.container = Some(value),
-                _ => {}
+                while pos < end && is(LABEL, b[pos]) {
+                    pos += 1;
+                }
+                let key = match &b[name_start..pos] {
+                    b"namespace" => Label::Namespace,
+                    b"pod" => Label::Pod,
+                    b"container" => Label::Container,
+                    _ => Label::Other,
+                };
+                pos = skip_blanks(b, pos, end);
+                if pos == end || b[pos] != b'=' {
+                    return Err(error(ParseErrorKind::Labels, pos));
+                }
+                pos = skip_blanks(b, pos + 1, end);
+                if pos == end || b[pos] != b'"' {
+                    return Err(error(ParseErrorKind::Labels, pos));
+                }
+                (key, pos + 1)
+            };
+            let (value, after) = self.label_value(value_start, end)?;
+            match key {
+                Label::Namespace => labels.namespace = Some(value),
+                Label::Pod => labels.pod = Some(value),
+                Label::Container => labels.container = Some(value),
+                Label::Other => {}
             }
             pos = skip_blanks(b, after, end);
             if pos == end {
@@ -268,10 +306,9 @@ impl<'a> Parser<'a> {
         let b = self.bytes;
         let unclosed = error(ParseErrorKind::Labels, end);
         let slice = |from: usize, to: usize| self.text.get(from..to).ok_or(unclosed);
-        let Some(i) = memchr2(b'"', b'\\', &b[start..end]) else {
+        let Some(mut pos) = find_quote(b, start, end) else {
             return Err(unclosed);
         };
-        let mut pos = start + i;
         if b[pos] == b'"' {
             return Ok((Cow::Borrowed(slice(start, pos)?), pos + 1));
         }
@@ -298,11 +335,11 @@ impl<'a> Parser<'a> {
                 }
                 None => return Err(unclosed),
             }
-            let Some(i) = memchr2(b'"', b'\\', &b[pos..end]) else {
+            let Some(next) = find_quote(b, pos, end) else {
                 return Err(unclosed);
             };
-            owned.push_str(slice(pos, pos + i)?);
-            pos += i;
+            owned.push_str(slice(pos, next)?);
+            pos = next;
             if b[pos] == b'"' {
                 return Ok((Cow::Owned(owned), pos + 1));
             }
@@ -310,38 +347,151 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// Clinger's fast path for the plain decimals the kubelet prints (`4.710169`,
+/// `1.253376e+07`): when the digits fit in 2^53 and the power of ten is at most 22, one
+/// multiplication or division of two exact doubles is the correctly rounded result, the same
+/// as Go's `strconv.ParseFloat`. Anything else (more digits, signs, `Inf`, `NaN`, huge
+/// exponents) returns `None` and goes to the standard library's parser.
+fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(f64, usize)> {
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    let token = &b[start..end];
+    let mut mantissa: u64 = 0;
+    let mut digits = 0usize;
+    let mut exponent: i64 = 0;
+    let mut pos = 0;
+    while pos < token.len() && token[pos].is_ascii_digit() {
+        mantissa = mantissa.wrapping_mul(10) + u64::from(token[pos] - b'0');
+        digits += 1;
+        pos += 1;
+    }
+    if pos < token.len() && token[pos] == b'.' {
+        pos += 1;
+        while pos < token.len() && token[pos].is_ascii_digit() {
+            mantissa = mantissa.wrapping_mul(10) + u64::from(token[pos] - b'0');
+            digits += 1;
+            exponent -= 1;
+            pos += 1;
+        }
+    }
+    if digits == 0 || digits > 15 {
+        return None;
+    }
+    if pos < token.len() && (token[pos] == b'e' || token[pos] == b'E') {
+        pos += 1;
+        let negative = match token.get(pos) {
+            Some(b'-') => {
+                pos += 1;
+                true
+            }
+            Some(b'+') => {
+                pos += 1;
+                false
+            }
+            _ => false,
+        };
+        let exp_start = pos;
+        let mut e: i64 = 0;
+        while pos < token.len() && token[pos].is_ascii_digit() && pos - exp_start < 4 {
+            e = e * 10 + i64::from(token[pos] - b'0');
+            pos += 1;
+        }
+        if pos == exp_start {
+            return None;
+        }
+        exponent += if negative { -e } else { e };
+    }
+    if pos < token.len() && !is_blank(token[pos]) {
+        return None;
+    }
+    // 15 digits are below 2^53, so `mantissa as f64` is exact.
+    let m = mantissa as f64;
+    let value = match exponent {
+        0..=22 => m * POW10[exponent as usize],
+        -22..=-1 => m / POW10[(-exponent) as usize],
+        _ => return None,
+    };
+    Some((value, start + pos))
+}
+
 /// Core-seconds to core-nanoseconds exactly as Go's `uint64(value * 1e9)`.
 fn seconds_to_ns(value: f64) -> u64 {
     (value * 1e9) as u64
 }
 
-/// A Prometheus timestamp (integer Unix ms) in Unix ns. `None` when it is not an integer,
-/// negative, or out of range.
-fn timestamp_ns(token: &[u8]) -> Option<i64> {
-    let digits = match token.first()? {
-        b'+' => &token[1..],
-        b'-' => return None,
-        _ => token,
-    };
-    if digits.is_empty() {
+/// A Prometheus timestamp (integer Unix ms, optional `+`) at `b[start..]`, in Unix ns, and
+/// the position after it. `None` when it is not an integer followed by a blank or the end,
+/// or is negative, or is out of range.
+fn timestamp_ns(b: &[u8], start: usize, end: usize) -> Option<(i64, usize)> {
+    let mut pos = start;
+    match b.get(pos) {
+        Some(b'+') => pos += 1,
+        Some(b'-') => return None,
+        _ => {}
+    }
+    let digits_start = pos;
+    // 19 digits always fit in a u64.
+    let mut ms: u64 = 0;
+    while pos < end && b[pos].is_ascii_digit() && pos - digits_start < 19 {
+        ms = ms * 10 + u64::from(b[pos] - b'0');
+        pos += 1;
+    }
+    if pos == digits_start || (pos < end && !is_blank(b[pos])) {
         return None;
     }
-    let mut ms: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        ms = ms.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
-    }
-    ms.checked_mul(1_000_000)
+    let ns = i64::try_from(ms).ok()?.checked_mul(1_000_000)?;
+    Some((ns, pos))
 }
 
 fn error(kind: ParseErrorKind, offset: usize) -> ParseError {
     ParseError { kind, offset }
 }
 
+/// Byte classes, one table lookup per byte on the hot loops.
+const BLANK: u8 = 1;
+const NAME: u8 = 2;
+const NAME_START: u8 = 4;
+const LABEL: u8 = 8;
+const LABEL_START: u8 = 16;
+const QUOTE_OR_BACKSLASH: u8 = 32;
+
+static CLASS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let alpha = b.is_ascii_alphabetic() || b == b'_';
+        let digit = b.is_ascii_digit();
+        let mut class = 0;
+        if b == b' ' || b == b'\t' {
+            class |= BLANK;
+        }
+        if alpha || b == b':' {
+            class |= NAME_START | NAME;
+        }
+        if digit {
+            class |= NAME | LABEL;
+        }
+        if alpha {
+            class |= LABEL_START | LABEL;
+        }
+        if b == b'"' || b == b'\\' {
+            class |= QUOTE_OR_BACKSLASH;
+        }
+        table[i] = class;
+        i += 1;
+    }
+    table
+};
+
+fn is(class: u8, b: u8) -> bool {
+    CLASS[b as usize] & class != 0
+}
+
 fn is_blank(b: u8) -> bool {
-    b == b' ' || b == b'\t'
+    is(BLANK, b)
 }
 
 fn skip_blanks(b: &[u8], mut pos: usize, end: usize) -> usize {
@@ -351,20 +501,35 @@ fn skip_blanks(b: &[u8], mut pos: usize, end: usize) -> usize {
     pos
 }
 
-fn is_name_start(b: u8) -> bool {
-    b.is_ascii_alphabetic() || b == b'_' || b == b':'
-}
-
-fn is_name_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b':'
-}
-
-fn is_label_start(b: u8) -> bool {
-    b.is_ascii_alphabetic() || b == b'_'
-}
-
-fn is_label_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_'
+/// The first `"` or `\\` in `b[from..end]`, eight bytes at a time (SWAR): label values
+/// are 5 to 60 bytes, too short for a SIMD search to pay for its setup.
+fn find_quote(b: &[u8], from: usize, end: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut pos = from;
+    while pos + 8 <= end {
+        let Ok(chunk) = <[u8; 8]>::try_from(&b[pos..pos + 8]) else {
+            break;
+        };
+        let word = u64::from_le_bytes(chunk);
+        let quotes = word ^ (ONES * u64::from(b'"'));
+        let backslashes = word ^ (ONES * u64::from(b'\\'));
+        // A zero byte of `x` sets its high bit in `x - ONES & !x & HIGHS`; the lowest one is
+        // exact (borrows only move upwards).
+        let found = (quotes.wrapping_sub(ONES) & !quotes & HIGHS)
+            | (backslashes.wrapping_sub(ONES) & !backslashes & HIGHS);
+        if found != 0 {
+            return Some(pos + (found.trailing_zeros() / 8) as usize);
+        }
+        pos += 8;
+    }
+    while pos < end {
+        if is(QUOTE_OR_BACKSLASH, b[pos]) {
+            return Some(pos);
+        }
+        pos += 1;
+    }
+    None
 }
 
 type Key<'a> = (Cow<'a, str>, Cow<'a, str>, Cow<'a, str>);
@@ -381,18 +546,19 @@ struct Containers<'a> {
     hint_family: Family,
 }
 
-impl Default for Containers<'_> {
-    fn default() -> Self {
+impl<'a> Containers<'a> {
+    /// Sized for a kubelet body of `body_len` bytes: a container takes ~400 bytes (three
+    /// series of ~130), so this rarely grows and never over-reserves by much.
+    fn with_capacity(body_len: usize) -> Self {
+        let capacity = (body_len / 512).min(4096);
         Containers {
-            list: Vec::new(),
-            index: HashMap::default(),
+            list: Vec::with_capacity(capacity),
+            index: HashMap::with_capacity_and_hasher(capacity, BuildHasherDefault::default()),
             hint: 0,
             hint_family: Family::Other,
         }
     }
-}
 
-impl<'a> Containers<'a> {
     fn slot(
         &mut self,
         family: Family,

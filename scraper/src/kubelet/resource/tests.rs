@@ -601,6 +601,33 @@ fn mutation_fuzz_never_panics() {
 }
 
 #[test]
+fn swar_quote_search_finds_the_first_quote_or_backslash() {
+    for len in 0..40 {
+        for at in 0..=len {
+            for mark in [b'"', b'\\'] {
+                let mut text = vec![b'a'; len];
+                // Bytes next to the mark that upset naive zero-byte tricks.
+                if at > 0 {
+                    text[at - 1] = 0x23;
+                }
+                if at < len {
+                    text[at] = mark;
+                    if at + 1 < len {
+                        text[at + 1] = b'"';
+                    }
+                }
+                let want = (at < len).then_some(at + 3);
+                let mut body = b"xyz".to_vec();
+                body.extend_from_slice(&text);
+                assert_eq!(find_quote(&body, 3, body.len()), want, "{len} {at}");
+            }
+        }
+    }
+    // Never past `end`.
+    assert_eq!(find_quote(b"aaaaaaaaaaaa\"", 0, 12), None);
+}
+
+#[test]
 fn fx_hasher_spreads_similar_keys() {
     use std::hash::{BuildHasher, BuildHasherDefault};
     let build = BuildHasherDefault::<FxHasher>::default();
@@ -608,4 +635,40 @@ fn fx_hasher_spreads_similar_keys() {
         .map(|i| build.hash_one(("sleeper", format!("sleeper-{i}-77f658b69-2msf9"), "c")))
         .collect();
     assert_eq!(hashes.len(), 1000);
+}
+
+#[test]
+fn float_fast_path_agrees_with_the_standard_parser() {
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let mut fast = 0;
+    for _ in 0..200_000 {
+        let digits = 1 + rng.below(17);
+        let mut text: String = (0..digits)
+            .map(|_| char::from(b'0' + rng.below(10) as u8))
+            .collect();
+        if rng.below(2) == 0 {
+            text.insert(rng.below(digits + 1), '.');
+        }
+        match rng.below(3) {
+            0 => text.push_str(&format!("e{}", rng.below(60) as i64 - 30)),
+            1 => text.push_str(&format!("e+{:02}", rng.below(30))),
+            _ => {}
+        }
+        let std: Option<f64> = text.parse().ok();
+        if let Some((v, end)) = parse_float(text.as_bytes(), 0, text.len()) {
+            assert_eq!(end, text.len());
+            fast += 1;
+            assert_eq!(Some(v.to_bits()), std.map(f64::to_bits), "{text}");
+        }
+    }
+    assert!(fast > 100_000, "{fast}");
+    for text in [
+        "", ".", "1e", "1e+", "-1", "+1", "1e99999", "0x10", "NaN", "1.2.3", "1e2e3",
+    ] {
+        let std: Option<f64> = text.parse().ok();
+        assert!(
+            parse_float(text.as_bytes(), 0, text.len()).is_none() || std.is_some(),
+            "{text}"
+        );
+    }
 }
