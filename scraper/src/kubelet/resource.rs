@@ -147,9 +147,27 @@ impl<'a> Parser<'a> {
         };
         pos = skip_blanks(b, pos + name_len, end);
 
+        let is_container = family != Family::NodeCpu && family != Family::NodeMemory;
+        if is_container {
+            self.containers.start_series(family);
+        }
         let mut labels = Labels::default();
+        let mut known = None;
+        let mut span: &'a [u8] = &[];
         if pos < end && b[pos] == b'{' {
-            pos = self.labels(pos + 1, end, &mut labels)?;
+            // The kubelet prints the same label text for a container in every family: when
+            // it matches the expected container's, the labels need no parsing.
+            known = if is_container {
+                self.containers.expected(&b[pos..end])
+            } else {
+                None
+            };
+            let open = pos;
+            pos = match known {
+                Some(idx) => pos + self.containers.spans[idx].len(),
+                None => self.labels(pos + 1, end, &mut labels)?,
+            };
+            span = &b[open..pos];
             pos = skip_blanks(b, pos, end);
         }
 
@@ -200,18 +218,24 @@ impl<'a> Parser<'a> {
                 self.node.timestamp_ns = timestamp_ns;
             }
             Family::ContainerCpu | Family::ContainerMemory | Family::ContainerStart => {
-                let Labels {
-                    namespace: Some(namespace),
-                    pod: Some(pod),
-                    container: Some(container),
-                } = labels
-                else {
-                    return Ok(());
+                let idx = match (known, labels) {
+                    (Some(idx), _) => idx,
+                    (
+                        None,
+                        Labels {
+                            namespace: Some(namespace),
+                            pod: Some(pod),
+                            container: Some(container),
+                        },
+                    ) => self.containers.find_or_insert(
+                        (namespace, pod, container),
+                        span,
+                        self.default_timestamp_ns,
+                    ),
+                    // A container series without its identifying labels is skipped.
+                    _ => return Ok(()),
                 };
-                let default_ns = self.default_timestamp_ns;
-                let sample = self
-                    .containers
-                    .slot(family, namespace, pod, container, default_ns);
+                let sample = self.containers.sample(idx);
                 match family {
                     Family::ContainerCpu => {
                         sample.cpu_usage_ns_total = Some(seconds_to_ns(value));
@@ -536,12 +560,16 @@ type Key<'a> = (Cow<'a, str>, Cow<'a, str>, Cow<'a, str>);
 
 /// The containers seen so far, merged across families.
 ///
-/// The kubelet prints every family in the same series order, so the n-th series of a family
-/// is usually the n-th container: that guess is checked first and the hash index is only
-/// consulted when it misses (and when a container is new).
+/// The kubelet prints every family in the same series order with the same label text, so
+/// the n-th series of a family is usually the n-th container: its label text is compared
+/// first (one `memcmp`, and the labels need no parsing), and the hash index is only
+/// consulted when that misses (and when a container is new).
 struct Containers<'a> {
     list: Vec<ContainerSample<'a>>,
+    /// The label text (`{...}`) each container was first seen with.
+    spans: Vec<&'a [u8]>,
     index: HashMap<Key<'a>, usize, BuildHasherDefault<FxHasher>>,
+    /// The container the next series of `hint_family` is expected to be.
     hint: usize,
     hint_family: Family,
 }
@@ -553,50 +581,51 @@ impl<'a> Containers<'a> {
         let capacity = (body_len / 512).min(4096);
         Containers {
             list: Vec::with_capacity(capacity),
+            spans: Vec::with_capacity(capacity),
             index: HashMap::with_capacity_and_hasher(capacity, BuildHasherDefault::default()),
             hint: 0,
             hint_family: Family::Other,
         }
     }
 
-    fn slot(
-        &mut self,
-        family: Family,
-        namespace: Cow<'a, str>,
-        pod: Cow<'a, str>,
-        container: Cow<'a, str>,
-        default_timestamp_ns: i64,
-    ) -> &mut Sample {
+    /// Called for every container series: a new family starts again at the first container.
+    fn start_series(&mut self, family: Family) {
         if family != self.hint_family {
             self.hint_family = family;
             self.hint = 0;
         }
-        let hit = self
-            .list
-            .get(self.hint)
-            .is_some_and(|c| c.container == container && c.pod == pod && c.namespace == namespace);
-        let idx = if hit {
-            self.hint
-        } else {
-            match self.index.entry((namespace, pod, container)) {
-                Entry::Occupied(o) => *o.get(),
-                Entry::Vacant(v) => {
-                    let (namespace, pod, container) = v.key().clone();
-                    let idx = self.list.len();
-                    self.list.push(ContainerSample {
-                        namespace,
-                        pod,
-                        container,
-                        sample: Sample {
-                            timestamp_ns: default_timestamp_ns,
-                            ..Sample::default()
-                        },
-                    });
-                    v.insert(idx);
-                    idx
-                }
+    }
+
+    /// The expected container, if `rest` (the line from its `{`) starts with its label text.
+    fn expected(&self, rest: &[u8]) -> Option<usize> {
+        let span = self.spans.get(self.hint)?;
+        rest.starts_with(span).then_some(self.hint)
+    }
+
+    fn find_or_insert(&mut self, key: Key<'a>, span: &'a [u8], default_timestamp_ns: i64) -> usize {
+        match self.index.entry(key) {
+            Entry::Occupied(o) => *o.get(),
+            Entry::Vacant(v) => {
+                let (namespace, pod, container) = v.key().clone();
+                let idx = self.list.len();
+                self.list.push(ContainerSample {
+                    namespace,
+                    pod,
+                    container,
+                    sample: Sample {
+                        timestamp_ns: default_timestamp_ns,
+                        ..Sample::default()
+                    },
+                });
+                self.spans.push(span);
+                v.insert(idx);
+                idx
             }
-        };
+        }
+    }
+
+    /// The sample of container `idx`; the next series is expected to be the next container.
+    fn sample(&mut self, idx: usize) -> &mut Sample {
         self.hint = idx + 1;
         &mut self.list[idx].sample
     }
