@@ -26,7 +26,12 @@ mod tests;
 /// some cgroup v2 hosts) yields `node: None`; its pods are still returned. Pods without a
 /// `podRef` name or namespace and containers without a name are skipped.
 pub fn parse(body: &[u8], request_time_ns: i64) -> Result<NodeScrape<'_>, ParseError> {
-    let summary: Summary<'_> = serde_json::from_slice(body).map_err(|e| ParseError {
+    // One UTF-8 check of the whole body is cheaper than serde_json's check of every string.
+    let text = std::str::from_utf8(body).map_err(|e| ParseError {
+        kind: ParseErrorKind::Utf8,
+        offset: e.valid_up_to(),
+    })?;
+    let summary: Summary<'_> = serde_json::from_str(text).map_err(|e| ParseError {
         kind: ParseErrorKind::Json,
         offset: offset_of(body, e.line(), e.column()),
     })?;

@@ -362,6 +362,14 @@ fn invalid_json_and_schema_errors_report_an_offset() {
 }
 
 #[test]
+fn invalid_utf8_is_reported_where_it_starts() {
+    let body = b"{\"pods\": [{\"podRef\": {\"name\": \"p\xff\"}}]}";
+    let err = parse(body, 0).expect_err("not UTF-8");
+    let at = body.iter().position(|&b| b == 0xff);
+    assert_eq!((err.kind, Some(err.offset)), (ParseErrorKind::Utf8, at));
+}
+
+#[test]
 fn truncated_fixtures_never_panic_and_fail() {
     for name in [
         "stats-summary-nri-kubernetes-minikube-v1.28.json",
