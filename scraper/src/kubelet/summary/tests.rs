@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::kubelet::resource::tests::{Rng, mutate};
+use crate::kubelet::resource::fuzz::{Rng, mutate};
 
 const S: i64 = 1_000_000_000;
 const REQUEST_NS: i64 = 3_392_867_227 * S; // 2077-07-07T07:07:07Z
