@@ -5,10 +5,12 @@
 //! matched by exact family name; everything else is skipped after a cheap check that the line
 //! looks like a metric line or a comment, so an HTML error page or garbage fails the node.
 //!
-//! The parser is hand-written for speed: the body is UTF-8 validated once, lines are found
-//! with `memchr`, and label values are borrowed from the body (`Cow::Owned` only when a value
-//! has escapes). The only allocations are the output `Vec` and the index that merges the
-//! families of one container.
+//! The parser is hand-written for speed (see `BENCHMARKS.md`, section Parse): the body is
+//! UTF-8 validated once, lines are found with `memchr`, bytes are classified by table
+//! (`lex`), and label values are borrowed from the body (`Cow::Owned` only when a value has
+//! escapes). A series that repeats the label text of the container expected next is merged
+//! without parsing its labels. The only allocations are the output `Vec`, the label-text
+//! `Vec` and the hash index that merges the families of one container.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
