@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
@@ -33,7 +32,9 @@ pub fn config(verify: &Verify, identity: Option<&Identity>) -> Result<ClientConf
         }
         Verify::Insecure => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify { provider })),
+            .with_custom_certificate_verifier(Arc::new(NoVerify {
+                signatures: provider::Signatures::new(),
+            })),
     };
     let mut config = match identity {
         Some(id) => builder.with_client_auth_cert(id.chain.clone(), id.key.clone_key())?,
@@ -45,7 +46,7 @@ pub fn config(verify: &Verify, identity: Option<&Identity>) -> Result<ClientConf
 
 #[derive(Debug)]
 struct NoVerify {
-    provider: Arc<CryptoProvider>,
+    signatures: provider::Signatures,
 }
 
 impl ServerCertVerifier for NoVerify {
@@ -66,12 +67,7 @@ impl ServerCertVerifier for NoVerify {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.signatures.tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -80,17 +76,10 @@ impl ServerCertVerifier for NoVerify {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.signatures.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.signatures.schemes()
     }
 }

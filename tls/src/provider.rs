@@ -14,3 +14,38 @@ pub fn provider() -> Arc<CryptoProvider> {
 pub fn install_default() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// Handshake-signature checks with the provider's algorithms: what every verifier must still
+/// do even when it accepts any certificate (the signature proves possession of the key).
+#[derive(Debug)]
+pub(crate) struct Signatures(Arc<CryptoProvider>);
+
+impl Signatures {
+    pub(crate) fn new() -> Self {
+        Signatures(provider())
+    }
+
+    pub(crate) fn tls12(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    pub(crate) fn tls13(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    pub(crate) fn schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::CryptoProvider;
 use rustls::server::ResolvesServerCert;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
@@ -38,7 +37,9 @@ pub fn config_with_min_version(
     };
     let mut config = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)?
-        .with_client_cert_verifier(Arc::new(AcceptAnyClientCert { provider }))
+        .with_client_cert_verifier(Arc::new(AcceptAnyClientCert {
+            signatures: provider::Signatures::new(),
+        }))
         .with_cert_resolver(certs);
     config.alpn_protocols = if http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
@@ -52,7 +53,7 @@ pub fn config_with_min_version(
 /// handshake signature proves possession of its key), and leaves trust to the application.
 #[derive(Debug)]
 pub struct AcceptAnyClientCert {
-    provider: Arc<CryptoProvider>,
+    signatures: provider::Signatures,
 }
 
 impl ClientCertVerifier for AcceptAnyClientCert {
@@ -83,12 +84,7 @@ impl ClientCertVerifier for AcceptAnyClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.signatures.tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -97,18 +93,11 @@ impl ClientCertVerifier for AcceptAnyClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.signatures.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.signatures.schemes()
     }
 }
 
