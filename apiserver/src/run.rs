@@ -1,5 +1,6 @@
-//! Wiring: the Kubernetes client, inventory watches, store, scrape loop, API, health and the
-//! HTTPS server, all owned by one `JoinSet` and stopped on shutdown.
+//! Wiring: the Kubernetes client, inventory watches, store, scrape loop, API, health, delegated
+//! authentication and authorization (with the ConfigMap watch) and the HTTPS server, all owned
+//! by one `JoinSet` and stopped on shutdown.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,10 +20,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::Api;
+use crate::auth::{self, Authenticator, Authorizer};
 use crate::config::{self, Config, TlsVersion};
 use crate::health::{self, Health};
 use crate::selfmetrics::{self, Requests};
-use crate::serve::{self, Filter, Router, Server, cert};
+use crate::serve::{self, Filter, Router, Server, access, cert};
 
 /// Why the server could not start or stopped on its own.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +50,22 @@ pub enum Error {
     /// The kubelet client could not be built.
     #[error("building the kubelet client: {0}")]
     Kubelet(#[source] kubelet::client::Error),
+    /// `--authentication-kubeconfig` / `--authorization-kubeconfig` (or the configuration they
+    /// default to) could not be loaded (exit code 64).
+    #[error("failed to get delegated {what} kubeconfig: {message}")]
+    DelegatedKubeConfig {
+        /// `authentication` or `authorization`.
+        what: &'static str,
+        /// The cause.
+        message: String,
+    },
+    /// Delegated authentication could not start: an unusable CA file (exit code 64) or a
+    /// failed ConfigMap lookup without `--authentication-tolerate-lookup-failure`.
+    #[error(transparent)]
+    Authn(#[from] auth::AuthnError),
+    /// `--authorization-always-allow-paths` is malformed (exit code 64).
+    #[error("--authorization-always-allow-paths: {0}")]
+    Authz(#[from] auth::AuthzError),
     /// Serving could not start.
     #[error(transparent)]
     Serve(#[from] serve::Error),
@@ -60,7 +78,12 @@ impl Error {
     /// The process exit code: 64 (`EX_USAGE`) for bad configuration, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_) | Error::KubeConfig(_) | Error::Credentials { .. } => 64,
+            Error::Config(_)
+            | Error::KubeConfig(_)
+            | Error::Credentials { .. }
+            | Error::DelegatedKubeConfig { .. }
+            | Error::Authn(auth::AuthnError::Config(_))
+            | Error::Authz(_) => 64,
             _ => 1,
         }
     }
@@ -79,6 +102,27 @@ pub enum Cluster {
     Static(Arc<Inventory>),
 }
 
+/// Who answers the delegated authentication and authorization questions.
+///
+/// There is deliberately no flag that turns authentication off: only code that builds a
+/// [`Setup`] can choose [`Auth::DisabledForTesting`], as metrics-server's internal
+/// `DisableAuthForTesting` option.
+#[derive(Clone, Debug, Default)]
+pub enum Auth {
+    /// The Kubernetes API the flags name: `--authentication-kubeconfig` for TokenReview and
+    /// the `extension-apiserver-authentication` ConfigMap, `--authorization-kubeconfig` for
+    /// SubjectAccessReview; each defaults to the cluster's client configuration (`--kubeconfig`,
+    /// in-cluster, or that of [`Cluster::Kube`]).
+    #[default]
+    FromFlags,
+    /// This Kubernetes API for both (the sandbox's or a test's simulated control plane); every
+    /// other authentication and authorization flag still applies.
+    Kube(Box<kube::Config>),
+    /// No authentication and no authorization: every request is served, with no user in its
+    /// extensions. For tests of other layers only.
+    DisabledForTesting,
+}
+
 /// What [`run_with`] takes besides the flags.
 pub struct Setup {
     /// A bound listener (port 0 in tests); `None` binds `--bind-address`:`--secure-port`.
@@ -90,8 +134,10 @@ pub struct Setup {
     /// How long in-flight requests may run once shutdown has begun (after
     /// `--shutdown-delay-duration`).
     pub drain_timeout: Duration,
-    /// Filters every request passes before routing, in order: where authentication,
-    /// authorization and load shedding plug in.
+    /// Who authenticates and authorizes requests.
+    pub auth: Auth,
+    /// Filters every request passes, in order, after authentication (the user is in the
+    /// extensions) and before authorization: where k8s.io/apiserver sheds load.
     pub filters: Vec<Arc<dyn Filter>>,
 }
 
@@ -102,6 +148,7 @@ impl std::fmt::Debug for Setup {
             .field("cluster", &self.cluster)
             .field("cert_reload_interval", &self.cert_reload_interval)
             .field("drain_timeout", &self.drain_timeout)
+            .field("auth", &self.auth)
             .field("filters", &self.filters.len())
             .finish()
     }
@@ -114,6 +161,7 @@ impl Default for Setup {
             cluster: Cluster::FromFlags,
             cert_reload_interval: Duration::from_secs(2),
             drain_timeout: Duration::from_secs(30),
+            auth: Auth::FromFlags,
             filters: Vec::new(),
         }
     }
@@ -177,7 +225,28 @@ pub async fn run_with(
             inventory_is_static,
         }),
     ));
-    let router = Arc::new(setup.filters.into_iter().fold(
+    // The filter chain, in k8s.io/apiserver's order: authentication, then load shedding (so
+    // it can tell users apart, and a shed request costs no SubjectAccessReview), then
+    // authorization.
+    let delegation = match setup.auth {
+        Auth::DisabledForTesting => {
+            tracing::warn!("authentication and authorization are disabled (tests only)");
+            None
+        }
+        auth => Some(delegation(&config, auth, kube_config.as_ref()).await?),
+    };
+    let mut filters: Vec<Arc<dyn Filter>> = Vec::new();
+    if let Some(d) = &delegation {
+        filters.push(Arc::new(access::Authentication::new(
+            d.authenticator.clone(),
+        )));
+    }
+    // Load shedding (admission by user and request class) plugs in here, with `setup.filters`.
+    filters.extend(setup.filters);
+    if let Some(d) = &delegation {
+        filters.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
+    }
+    let router = Arc::new(filters.into_iter().fold(
         Router::new(health.clone(), api, registry, requests),
         Router::with_filter,
     ));
@@ -242,6 +311,16 @@ pub async fn run_with(
             "the HTTPS server"
         });
     }
+    if let Some(authenticator) = delegation
+        .map(|d| d.authenticator)
+        .filter(|a| a.watches_configmap())
+    {
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            authenticator.run_watch(stop).await;
+            "the authentication ConfigMap watch"
+        });
+    }
     if let Some(reloader) = reloader {
         let stop = stop.clone();
         let interval = setup.cert_reload_interval;
@@ -299,19 +378,88 @@ pub async fn run_with(
 
 /// `--kubeconfig`, or the in-cluster configuration (metrics-server `restConfig`).
 async fn kube_config(path: Option<&Path>) -> Result<kube::Config, Error> {
+    load_kube_config(path).await.map_err(Error::KubeConfig)
+}
+
+/// A kubeconfig file, or the in-cluster configuration when there is none.
+async fn load_kube_config(path: Option<&Path>) -> Result<kube::Config, String> {
     match path {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?;
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             kube::Config::from_custom_kubeconfig(
                 kubeconfig,
                 &kube::config::KubeConfigOptions::default(),
             )
             .await
-            .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))
+            .map_err(|e| format!("{}: {e}", path.display()))
         }
-        None => kube::Config::incluster().map_err(|e| Error::KubeConfig(e.to_string())),
+        None => kube::Config::incluster().map_err(|e| e.to_string()),
     }
+}
+
+/// The delegated authenticator and authorizer.
+struct Delegation {
+    authenticator: Arc<Authenticator>,
+    authorizer: Arc<Authorizer>,
+}
+
+/// Builds the authenticator (reading the CA files and, unless skipped, the ConfigMap once)
+/// and the authorizer, each with a client for its own kubeconfig.
+async fn delegation(
+    config: &Config,
+    auth: Auth,
+    cluster: Option<&kube::Config>,
+) -> Result<Delegation, Error> {
+    let kube_error = |e: kube::Error| Error::Kube(Box::new(e));
+    let authn_kube = delegated_kube_config(
+        "authentication",
+        &auth,
+        config.authentication.authentication_kubeconfig.as_deref(),
+        cluster,
+        config.server.kubeconfig.as_deref(),
+    )
+    .await?;
+    let authz_kube = delegated_kube_config(
+        "authorization",
+        &auth,
+        config.authorization.authorization_kubeconfig.as_deref(),
+        cluster,
+        config.server.kubeconfig.as_deref(),
+    )
+    .await?;
+
+    let authorizer = Authorizer::new(
+        config.authz(),
+        Some(auth::review_client(authz_kube).map_err(kube_error)?),
+    )?;
+    let watch_client = kube::Client::try_from(authn_kube.clone()).map_err(kube_error)?;
+    let review_client = auth::review_client(authn_kube).map_err(kube_error)?;
+    let authenticator = Authenticator::new(config.authn(), Some(review_client))
+        .await?
+        .with_watch_client(watch_client);
+    Ok(Delegation {
+        authenticator: Arc::new(authenticator),
+        authorizer: Arc::new(authorizer),
+    })
+}
+
+/// The client configuration for delegated `what`: the [`Auth::Kube`] one, else the flag's
+/// kubeconfig, else the cluster's, else `--kubeconfig` or in-cluster.
+async fn delegated_kube_config(
+    what: &'static str,
+    auth: &Auth,
+    flag: Option<&Path>,
+    cluster: Option<&kube::Config>,
+    main_kubeconfig: Option<&Path>,
+) -> Result<kube::Config, Error> {
+    let loaded = match (auth, flag, cluster) {
+        (Auth::Kube(c), _, _) => Ok((**c).clone()),
+        (_, Some(path), _) => load_kube_config(Some(path)).await,
+        (_, None, Some(c)) => Ok(c.clone()),
+        (_, None, None) => load_kube_config(main_kubeconfig).await,
+    };
+    loaded.map_err(|message| Error::DelegatedKubeConfig { what, message })
 }
 
 fn credentials(flag: &'static str) -> impl Fn(tls::Error) -> Error {
@@ -546,6 +694,57 @@ mod tests {
         kube.auth_info.client_certificate_data = Some("!!!".to_owned());
         let err = kubelet_config(&flags(&[]), Some(&kube)).unwrap_err();
         assert_eq!(err.exit_code(), 64);
+    }
+
+    #[tokio::test]
+    async fn delegated_kubeconfigs_default_to_the_cluster_and_setup_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("authn.kubeconfig");
+        std::fs::write(
+            &file,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.9:6443\n\
+             users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+             current-context: c\n",
+        )
+        .unwrap();
+        let cluster = kube::Config::new("https://10.0.0.1:6443".parse().unwrap());
+        let setup = kube::Config::new("https://10.0.0.2:6443".parse().unwrap());
+        let host = |c: kube::Config| c.cluster_url.to_string();
+        let pick = |auth: Auth, flag: Option<&Path>, cluster: Option<&kube::Config>| {
+            let auth = auth.clone();
+            let flag = flag.map(Path::to_path_buf);
+            let cluster = cluster.cloned();
+            async move {
+                delegated_kube_config(
+                    "authentication",
+                    &auth,
+                    flag.as_deref(),
+                    cluster.as_ref(),
+                    None,
+                )
+                .await
+            }
+        };
+        let from_cluster = pick(Auth::FromFlags, None, Some(&cluster)).await.unwrap();
+        assert_eq!(host(from_cluster), "https://10.0.0.1:6443/");
+        let from_flag = pick(Auth::FromFlags, Some(&file), Some(&cluster))
+            .await
+            .unwrap();
+        assert_eq!(host(from_flag), "https://10.0.0.9:6443/");
+        let from_setup = pick(Auth::Kube(Box::new(setup)), Some(&file), Some(&cluster))
+            .await
+            .unwrap();
+        assert_eq!(host(from_setup), "https://10.0.0.2:6443/");
+        let missing = dir.path().join("absent");
+        let err = pick(Auth::FromFlags, Some(&missing), Some(&cluster))
+            .await
+            .unwrap_err();
+        assert_eq!(err.exit_code(), 64);
+        assert!(
+            err.to_string()
+                .starts_with("failed to get delegated authentication kubeconfig: "),
+            "{err}"
+        );
     }
 
     #[test]

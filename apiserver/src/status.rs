@@ -107,6 +107,38 @@ impl Status {
         }
     }
 
+    /// 405 for a method no route serves (go-restful's 405 through the apiserver's
+    /// `NewGenericServerResponse`): "the server does not allow this method on the requested
+    /// resource", empty details.
+    pub fn method_not_allowed_generic() -> Self {
+        Status {
+            http: 405,
+            message: "the server does not allow this method on the requested resource".to_owned(),
+            reason: "MethodNotAllowed",
+            details: Some(Details::default()),
+        }
+    }
+
+    /// 405 `MethodNotAllowed` of apimachinery's `NewMethodNotSupported`, e.g. for a watch:
+    /// `watch is not supported on resources of kind "pods.metrics.k8s.io"`.
+    pub fn method_not_supported(resource: &str, group: &str, action: &str) -> Self {
+        let qualified = if group.is_empty() {
+            resource.to_owned()
+        } else {
+            format!("{resource}.{group}")
+        };
+        Status {
+            http: 405,
+            message: format!("{action} is not supported on resources of kind \"{qualified}\""),
+            reason: "MethodNotAllowed",
+            details: Some(Details {
+                group: Some(group.to_owned()).filter(|g| !g.is_empty()),
+                kind: Some(resource.to_owned()),
+                ..Details::default()
+            }),
+        }
+    }
+
     /// 406 `NotAcceptable`.
     pub fn not_acceptable(message: impl Into<String>) -> Self {
         Status {
@@ -205,6 +237,7 @@ impl Status {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

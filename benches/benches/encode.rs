@@ -1,1 +1,274 @@
-fn main() {}
+//! Encode benchmark: a cluster-wide PodMetricsList of 150,000 pods x 2 containers through the
+//! real handler path (`apiserver::api::Handler::handle`, selectors, sorting, the streamed
+//! body drained frame by frame), plus the 5,000-node NodeMetricsList.
+//!
+//! The data comes from an in-memory `Source` (the same trait the live Inventory + Store pair
+//! implements), so the numbers are the API layer's alone.
+//!
+//! `cargo bench -p benches --bench encode`
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use apiserver::Body;
+use apiserver::api::{Handler, Source};
+use criterion::{Criterion, Throughput, criterion_group};
+use http_body::Body as _;
+use prometheus_client::registry::Registry;
+use scraper::inventory::{Labels, NodeRecord, PodRecord};
+use scraper::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
+use scraper::selector::LabelSelector;
+
+const NOW_NS: i64 = 1_715_611_608_000_000_000;
+
+/// FNV-1a: a cheap hash so the fake's lookups do not dominate the profile.
+#[derive(Clone, Copy, Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+
+struct Memory {
+    nodes: Vec<Arc<NodeRecord>>,
+    node_usage: FastMap<String, Usage>,
+    pods: Vec<Arc<PodRecord>>,
+    /// Keyed by the address of the pod name's `Arc<str>` (the handler passes the record's own
+    /// string back), so the fake's lookup costs next to nothing and the numbers are the API
+    /// layer's; the store's own lookup cost belongs to the store benches.
+    pod_usage: FastMap<usize, Arc<PodUsage>>,
+}
+
+fn labels(pairs: &[(&str, String)]) -> Labels {
+    let mut v: Vec<(Arc<str>, Arc<str>)> = pairs
+        .iter()
+        .map(|(k, v)| (Arc::from(*k), Arc::from(v.as_str())))
+        .collect();
+    v.sort();
+    Labels(v.into())
+}
+
+impl Memory {
+    fn new(nodes: usize, pods_per_node: usize) -> Self {
+        let mut m = Memory {
+            nodes: Vec::new(),
+            node_usage: FastMap::default(),
+            pods: Vec::new(),
+            pod_usage: FastMap::default(),
+        };
+        for n in 0..nodes {
+            let name = format!("node-{n:05}");
+            m.nodes.push(Arc::new(NodeRecord {
+                name: NodeName::from(name.as_str()),
+                labels: labels(&[
+                    ("kubernetes.io/hostname", name.clone()),
+                    ("kubernetes.io/os", "linux".to_owned()),
+                    ("node.kubernetes.io/instance-type", "m5.xlarge".to_owned()),
+                ]),
+                addresses: Vec::new(),
+                kubelet_port: None,
+                metrics_path: None,
+            }));
+            m.node_usage.insert(
+                name.clone(),
+                Usage {
+                    timestamp_ns: NOW_NS - 7_000_000_000,
+                    window_ns: 15_012_000_000,
+                    cpu_nanocores: 167_390_565 + n as u64,
+                    memory_bytes: 1_731_416_064,
+                },
+            );
+            for p in 0..pods_per_node {
+                let i = n * pods_per_node + p;
+                let ns = format!("team-{:03}", i % 500);
+                let app = format!("app-{:04}", i / 30);
+                let pod = format!("{app}-5d8f9c7b6-{i:06}");
+                let key = PodKey::new(&ns, &pod);
+                m.pod_usage.insert(
+                    key.name.as_ptr() as usize,
+                    Arc::new(PodUsage {
+                        node: NodeName::from(name.as_str()),
+                        timestamp_ns: NOW_NS - 7_000_000_000,
+                        window_ns: 15_012_000_000,
+                        containers: vec![
+                            ContainerUsage {
+                                name: Arc::from("app"),
+                                cpu_nanocores: 4_710_169 + i as u64,
+                                memory_bytes: 12_533_760,
+                            },
+                            ContainerUsage {
+                                name: Arc::from("istio-proxy"),
+                                cpu_nanocores: 12_345_000,
+                                memory_bytes: 50_331_648 + (i as u64 % 7),
+                            },
+                        ]
+                        .into(),
+                    }),
+                );
+                m.pods.push(Arc::new(PodRecord {
+                    key,
+                    labels: labels(&[("app", app), ("pod-template-hash", "5d8f9c7b6".to_owned())]),
+                    node_name: Some(NodeName::from(name.as_str())),
+                }));
+            }
+        }
+        m.pods.sort_by(|a, b| a.key.cmp(&b.key));
+        m
+    }
+}
+
+impl Source for Memory {
+    fn nodes(&self) -> Vec<Arc<NodeRecord>> {
+        self.nodes.clone()
+    }
+    fn node(&self, name: &str) -> Option<Arc<NodeRecord>> {
+        self.nodes.iter().find(|n| n.name.as_str() == name).cloned()
+    }
+    fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>> {
+        match namespace {
+            None => self.pods.clone(),
+            Some(ns) => self
+                .pods
+                .iter()
+                .filter(|p| &*p.key.namespace == ns)
+                .cloned()
+                .collect(),
+        }
+    }
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        self.pods
+            .iter()
+            .find(|p| &*p.key.namespace == namespace && &*p.key.name == name)
+            .cloned()
+    }
+    fn node_usage(&self, name: &str, _now_ns: i64) -> Option<Usage> {
+        self.node_usage.get(name).copied()
+    }
+    fn pod_usage(&self, _namespace: &str, name: &str, _now_ns: i64) -> Option<Arc<PodUsage>> {
+        self.pod_usage.get(&(name.as_ptr() as usize)).cloned()
+    }
+}
+
+/// Drains a body frame by frame; returns (bytes, frames, largest frame).
+fn drain(mut body: Body) -> (usize, usize, usize) {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let (mut total, mut frames, mut largest) = (0, 0, 0);
+    loop {
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    total += data.len();
+                    frames += 1;
+                    largest = largest.max(data.len());
+                }
+            }
+            Poll::Ready(Some(Err(e))) => match e {},
+            Poll::Ready(None) | Poll::Pending => return (total, frames, largest),
+        }
+    }
+}
+
+fn request(path: &str, accept: &str) -> http::request::Parts {
+    let (parts, ()) = http::Request::get(path)
+        .header("accept", accept)
+        .body(())
+        .unwrap_or_default()
+        .into_parts();
+    parts
+}
+
+fn run(h: &Handler<Memory>, parts: &http::request::Parts) -> (usize, usize, usize) {
+    match h.handle(parts, NOW_NS) {
+        Some(r) => drain(r.into_body()),
+        None => (0, 0, 0),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut registry = Registry::default();
+    let h = Handler::new(
+        Memory::new(5_000, 30),
+        LabelSelector::default(),
+        &mut registry,
+    );
+    let cases = [
+        (
+            "pods_150k_json",
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            "application/vnd.kubernetes.protobuf, */*",
+        ),
+        (
+            "pods_150k_table",
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        ),
+        (
+            "nodes_5k_json",
+            "/apis/metrics.k8s.io/v1/nodes",
+            "application/json",
+        ),
+        (
+            "pods_30_namespace_selector",
+            "/apis/metrics.k8s.io/v1/namespaces/team-007/pods?labelSelector=app%3Dapp-0233",
+            "application/json",
+        ),
+    ];
+    let mut group = c.benchmark_group("encode");
+    group.sample_size(10);
+    for (name, path, accept) in cases {
+        let parts = request(path, accept);
+        let (bytes, frames, largest) = run(&h, &parts);
+        eprintln!("{name}: {bytes} bytes in {frames} frames (largest {largest} bytes)");
+        group.throughput(Throughput::Bytes(bytes as u64));
+        group.bench_function(name, |b| b.iter(|| run(&h, &parts)));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+
+/// `ENCODE_ITERS=N` runs the 150,000-pod JSON list N times without criterion, for
+/// `perf stat` (instructions and CPU time are steadier than wall time on a shared machine).
+fn main() {
+    if let Some(iters) = std::env::var("ENCODE_ITERS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        let mut registry = Registry::default();
+        let h = Handler::new(
+            Memory::new(5_000, 30),
+            LabelSelector::default(),
+            &mut registry,
+        );
+        let parts = request(
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            "application/vnd.kubernetes.protobuf, */*",
+        );
+        let mut total = 0;
+        for _ in 0..iters {
+            total += run(&h, &parts).0;
+        }
+        eprintln!("{iters} lists, {total} bytes");
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

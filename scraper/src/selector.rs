@@ -1,32 +1,1008 @@
 //! Kubernetes label selectors (full syntax) and the `metadata.name` / `metadata.namespace`
-//! field selectors. Owned by the API work; this is the agreed public surface.
+//! field selectors.
+//!
+//! The label selector grammar, its validation and its error texts follow apimachinery's
+//! `labels.Parse` (`pkg/labels/selector.go`, `pkg/util/validation/validation.go`); the field
+//! selector follows `fields.ParseSelector` (`pkg/fields/selector.go`) plus the apiserver's
+//! default field label conversion (`runtime.DefaultMetaV1FieldSelectorConversion`).
+
+use std::fmt::Write as _;
 
 use crate::inventory::Labels;
 
-/// A parsed label selector.
+/// A parsed label selector: every requirement must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabelSelector {}
+pub struct LabelSelector {
+    requirements: Vec<Requirement>,
+}
+
+/// One `key op values` term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    op: Op,
+    /// Sorted and deduplicated, as Go's `sets.String.List()`.
+    values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    In,
+    NotIn,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    Exists,
+    DoesNotExist,
+    GreaterThan,
+    LessThan,
+}
 
 /// A selector that did not parse; the message is shown to the user in a 400 Status.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SelectorError(pub String);
 
-impl LabelSelector {
-    /// Parses `labelSelector` syntax (`a=b,c!=d,e in (f,g),!h,i`). Empty selects everything.
-    pub fn parse(s: &str) -> Result<Self, SelectorError> {
-        let _ = s;
-        Ok(LabelSelector {})
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token {
+    EndOfString,
+    ClosedPar,
+    Comma,
+    DoesNotExist,
+    DoubleEquals,
+    Equals,
+    GreaterThan,
+    Identifier,
+    In,
+    LessThan,
+    NotEquals,
+    NotIn,
+    OpenPar,
+}
+
+fn keyword(s: &str) -> Option<Token> {
+    Some(match s {
+        ")" => Token::ClosedPar,
+        "," => Token::Comma,
+        "!" => Token::DoesNotExist,
+        "==" => Token::DoubleEquals,
+        "=" => Token::Equals,
+        ">" => Token::GreaterThan,
+        "in" => Token::In,
+        "<" => Token::LessThan,
+        "!=" => Token::NotEquals,
+        "notin" => Token::NotIn,
+        "(" => Token::OpenPar,
+        _ => return None,
+    })
+}
+
+fn is_whitespace(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+fn is_special(b: u8) -> bool {
+    matches!(b, b'=' | b'!' | b'(' | b')' | b',' | b'>' | b'<')
+}
+
+/// apimachinery's `Lexer`: a NUL byte ends the input as the end of the string does.
+fn lex(input: &str) -> Vec<(Token, &str)> {
+    let bytes = input.as_bytes();
+    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let mut pos = 0;
+    let mut out = Vec::new();
+    loop {
+        while pos < len && is_whitespace(bytes[pos]) {
+            pos += 1;
+        }
+        if pos >= len {
+            out.push((Token::EndOfString, ""));
+            return out;
+        }
+        let start = pos;
+        if is_special(bytes[pos]) {
+            // Longest run of special bytes that is still a token.
+            let mut best = None;
+            while pos < len && is_special(bytes[pos]) {
+                let candidate = &input[start..=pos];
+                if let Some(tok) = keyword(candidate) {
+                    best = Some((tok, candidate));
+                    pos += 1;
+                } else if best.is_some() {
+                    break;
+                } else {
+                    pos += 1;
+                }
+            }
+            // Every single special byte is a token, so `best` is always set.
+            out.push(best.unwrap_or((Token::Identifier, &input[start..pos])));
+        } else {
+            while pos < len && !is_special(bytes[pos]) && !is_whitespace(bytes[pos]) {
+                pos += 1;
+            }
+            let word = &input[start..pos];
+            out.push((keyword(word).unwrap_or(Token::Identifier), word));
+        }
+    }
+}
+
+struct Parser<'a> {
+    items: Vec<(Token, &'a str)>,
+    position: usize,
+}
+
+impl<'a> Parser<'a> {
+    /// In the `Values` context `in` and `notin` are identifiers (apimachinery `lookahead`).
+    fn lookahead(&self) -> (Token, &'a str) {
+        let i = self.position.min(self.items.len() - 1);
+        let (tok, lit) = self.items[i];
+        (values_context(tok), lit)
     }
 
-    /// Whether the labels match.
+    fn consume(&mut self, values: bool) -> (Token, &'a str) {
+        let i = self.position.min(self.items.len() - 1);
+        self.position += 1;
+        let (tok, lit) = self.items[i];
+        (if values { values_context(tok) } else { tok }, lit)
+    }
+
+    fn parse(&mut self) -> Result<Vec<Requirement>, SelectorError> {
+        let mut requirements = Vec::new();
+        loop {
+            let (tok, lit) = self.lookahead();
+            match tok {
+                Token::Identifier | Token::DoesNotExist => {
+                    let r = self.parse_requirement().map_err(|e| {
+                        SelectorError(format!("unable to parse requirement: {}", e.0))
+                    })?;
+                    requirements.push(r);
+                    let (t, l) = self.consume(true);
+                    match t {
+                        Token::EndOfString => return Ok(requirements),
+                        Token::Comma => {
+                            let (t2, l2) = self.lookahead();
+                            if t2 != Token::Identifier && t2 != Token::DoesNotExist {
+                                return Err(err(format!(
+                                    "found '{l2}', expected: identifier after ','"
+                                )));
+                            }
+                        }
+                        _ => {
+                            return Err(err(format!(
+                                "found '{l}', expected: ',' or 'end of string'"
+                            )));
+                        }
+                    }
+                }
+                Token::EndOfString => return Ok(requirements),
+                _ => {
+                    return Err(err(format!(
+                        "found '{lit}', expected: !, identifier, or 'end of string'"
+                    )));
+                }
+            }
+        }
+    }
+
+    fn parse_requirement(&mut self) -> Result<Requirement, SelectorError> {
+        let (key, op) = self.parse_key_and_infer_operator()?;
+        if let Some(op @ (Op::Exists | Op::DoesNotExist)) = op {
+            return new_requirement(key, op, Vec::new());
+        }
+        let op = self.parse_operator()?;
+        let values = match op {
+            Op::In | Op::NotIn => self.parse_values()?,
+            _ => self.parse_exact_value()?,
+        };
+        new_requirement(key, op, values)
+    }
+
+    fn parse_key_and_infer_operator(&mut self) -> Result<(&'a str, Option<Op>), SelectorError> {
+        let mut op = None;
+        let (mut tok, mut lit) = self.consume(true);
+        if tok == Token::DoesNotExist {
+            op = Some(Op::DoesNotExist);
+            (tok, lit) = self.consume(true);
+        }
+        if tok != Token::Identifier {
+            return Err(err(format!("found '{lit}', expected: identifier")));
+        }
+        if let Some(e) = validate_label_key(lit, "<nil>") {
+            return Err(err(e));
+        }
+        let (t, _) = self.lookahead();
+        if (t == Token::EndOfString || t == Token::Comma) && op.is_none() {
+            op = Some(Op::Exists);
+        }
+        Ok((lit, op))
+    }
+
+    fn parse_operator(&mut self) -> Result<Op, SelectorError> {
+        let (tok, lit) = self.consume(false);
+        Ok(match tok {
+            Token::In => Op::In,
+            Token::Equals => Op::Equals,
+            Token::DoubleEquals => Op::DoubleEquals,
+            Token::GreaterThan => Op::GreaterThan,
+            Token::LessThan => Op::LessThan,
+            Token::NotIn => Op::NotIn,
+            Token::NotEquals => Op::NotEquals,
+            _ => {
+                return Err(err(format!(
+                    "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
+                )));
+            }
+        })
+    }
+
+    fn parse_values(&mut self) -> Result<Vec<String>, SelectorError> {
+        let (tok, lit) = self.consume(true);
+        if tok != Token::OpenPar {
+            return Err(err(format!("found '{lit}' expected: '('")));
+        }
+        let (tok, lit) = self.lookahead();
+        match tok {
+            Token::Identifier | Token::Comma => {
+                let s = self.parse_identifiers_list()?;
+                let (t, _) = self.consume(true);
+                if t != Token::ClosedPar {
+                    return Err(err(format!("found '{lit}', expected: ')'")));
+                }
+                Ok(s)
+            }
+            Token::ClosedPar => {
+                self.consume(true);
+                Ok(vec![String::new()])
+            }
+            _ => Err(err(format!(
+                "found '{lit}', expected: ',', ')' or identifier"
+            ))),
+        }
+    }
+
+    fn parse_identifiers_list(&mut self) -> Result<Vec<String>, SelectorError> {
+        let mut s: Vec<String> = Vec::new();
+        loop {
+            let (tok, lit) = self.consume(true);
+            match tok {
+                Token::Identifier => {
+                    s.push(lit.to_owned());
+                    let (t2, l2) = self.lookahead();
+                    match t2 {
+                        Token::Comma => continue,
+                        Token::ClosedPar => return Ok(s),
+                        _ => return Err(err(format!("found '{l2}', expected: ',' or ')'"))),
+                    }
+                }
+                Token::Comma => {
+                    if s.is_empty() {
+                        s.push(String::new());
+                    }
+                    let (t2, _) = self.lookahead();
+                    if t2 == Token::ClosedPar {
+                        s.push(String::new());
+                        return Ok(s);
+                    }
+                    if t2 == Token::Comma {
+                        self.consume(true);
+                        s.push(String::new());
+                    }
+                }
+                _ => return Err(err(format!("found '{lit}', expected: ',', or identifier"))),
+            }
+        }
+    }
+
+    fn parse_exact_value(&mut self) -> Result<Vec<String>, SelectorError> {
+        let (tok, _) = self.lookahead();
+        if tok == Token::EndOfString || tok == Token::Comma {
+            return Ok(vec![String::new()]);
+        }
+        let (tok, lit) = self.consume(true);
+        if tok == Token::Identifier {
+            return Ok(vec![lit.to_owned()]);
+        }
+        Err(err(format!("found '{lit}', expected: identifier")))
+    }
+}
+
+fn values_context(tok: Token) -> Token {
+    match tok {
+        Token::In | Token::NotIn => Token::Identifier,
+        t => t,
+    }
+}
+
+fn err(message: String) -> SelectorError {
+    SelectorError(message)
+}
+
+/// apimachinery `NewRequirement`: the checks and the aggregated error text.
+fn new_requirement(
+    key: &str,
+    op: Op,
+    mut values: Vec<String>,
+) -> Result<Requirement, SelectorError> {
+    values.sort();
+    values.dedup();
+    let mut errors: Vec<String> = Vec::new();
+    if let Some(e) = validate_label_key(key, "key") {
+        errors.push(e);
+    }
+    match op {
+        Op::In | Op::NotIn if values.is_empty() => errors.push(format!(
+            "values: Invalid value: {}: for 'in', 'notin' operators, values set can't be empty",
+            go_string_slice(&values)
+        )),
+        Op::Equals | Op::DoubleEquals | Op::NotEquals if values.len() != 1 => errors.push(format!(
+            "values: Invalid value: {}: exact-match compatibility requires one single value",
+            go_string_slice(&values)
+        )),
+        Op::Exists | Op::DoesNotExist if !values.is_empty() => errors.push(format!(
+            "values: Invalid value: {}: values set must be empty for exists and does not exist",
+            go_string_slice(&values)
+        )),
+        Op::GreaterThan | Op::LessThan => {
+            if values.len() != 1 {
+                errors.push(format!(
+                    "values: Invalid value: {}: for 'Gt', 'Lt' operators, exactly one value is required",
+                    go_string_slice(&values)
+                ));
+            }
+            for (i, v) in values.iter().enumerate() {
+                if parse_go_int(v).is_none() {
+                    errors.push(format!(
+                        "values[{i}]: Invalid value: {}: for 'Gt', 'Lt' operators, the value must be an integer",
+                        go_quote(v)
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+    for (i, v) in values.iter().enumerate() {
+        let msgs = label_value_errors(v);
+        if !msgs.is_empty() {
+            errors.push(format!(
+                "values[{i}][{key}]: Invalid value: {}: {}",
+                go_quote(v),
+                msgs.join("; ")
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(SelectorError(aggregate(errors)));
+    }
+    Ok(Requirement {
+        key: key.to_owned(),
+        op,
+        values,
+    })
+}
+
+/// `utilerrors.NewAggregate(...).Error()`: one message as is, several deduplicated in brackets.
+fn aggregate(errors: Vec<String>) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for e in errors {
+        if !seen.contains(&e) {
+            seen.push(e);
+        }
+    }
+    if seen.len() == 1 {
+        seen.pop().unwrap_or_default()
+    } else {
+        format!("[{}]", seen.join(", "))
+    }
+}
+
+/// `field.Invalid(path, key, ...)` for a label key, or `None` when the key is valid.
+fn validate_label_key(key: &str, path: &str) -> Option<String> {
+    let msgs = qualified_name_errors(key);
+    if msgs.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "{path}: Invalid value: {}: {}",
+            go_quote(key),
+            msgs.join("; ")
+        ))
+    }
+}
+
+const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+
+/// apimachinery `validation.RegexError`.
+fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
+    let mut out = String::from(msg);
+    out.push_str(" (e.g. ");
+    for (i, e) in examples.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" or ");
+        }
+        let _ = write!(out, "'{e}', ");
+    }
+    let _ = write!(out, "regex used for validation is '{fmt}')");
+    out
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, anchored.
+fn is_qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => {
+            f.is_ascii_alphanumeric()
+                && l.is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.').all(|label| {
+            let b = label.as_bytes();
+            match (b.first(), b.last()) {
+                (Some(f), Some(l)) => {
+                    (f.is_ascii_lowercase() || f.is_ascii_digit())
+                        && (l.is_ascii_lowercase() || l.is_ascii_digit())
+                        && b.iter()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                }
+                _ => false,
+            }
+        })
+}
+
+/// apimachinery `validation.IsQualifiedName`.
+fn qualified_name_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_owned());
+            } else {
+                if prefix.len() > 253 {
+                    errs.push("prefix part must be no more than 253 characters".to_owned());
+                }
+                if !is_dns1123_subdomain(prefix) {
+                    errs.push(format!(
+                        "prefix part {}",
+                        regex_error(
+                            DNS1123_SUBDOMAIN_ERR,
+                            DNS1123_SUBDOMAIN_FMT,
+                            &["example.com"]
+                        )
+                    ));
+                }
+            }
+            *name
+        }
+        _ => {
+            errs.push(format!(
+                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".to_owned());
+    }
+    if !is_qualified_name_part(name) {
+        errs.push(format!(
+            "name part {}",
+            regex_error(
+                QUALIFIED_NAME_ERR,
+                QUALIFIED_NAME_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
+        ));
+    }
+    errs
+}
+
+/// apimachinery `validation.IsValidLabelValue`.
+fn label_value_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > 63 {
+        errs.push("must be no more than 63 characters".to_owned());
+    }
+    if !value.is_empty() && !is_qualified_name_part(value) {
+        errs.push(regex_error(
+            LABEL_VALUE_ERR,
+            LABEL_VALUE_FMT,
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errs
+}
+
+/// Go's `strconv.ParseInt(s, 10, 64)`.
+fn parse_go_int(s: &str) -> Option<i64> {
+    s.parse::<i64>().ok()
+}
+
+/// Go's `%q` for the strings that can reach an error message.
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `%#v` of a `[]string`.
+fn go_string_slice(values: &[String]) -> String {
+    let inner: Vec<String> = values.iter().map(|v| go_quote(v)).collect();
+    format!("[]string{{{}}}", inner.join(", "))
+}
+
+impl LabelSelector {
+    /// Parses `labelSelector` syntax (`a=b,c!=d,e in (f,g),!h,i,j>3`). Empty selects
+    /// everything. Errors carry apimachinery's `labels.Parse` wording.
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+        let mut parser = Parser {
+            items: lex(s),
+            position: 0,
+        };
+        let mut requirements = parser.parse()?;
+        requirements.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(LabelSelector { requirements })
+    }
+
+    /// Whether the labels match every requirement.
     pub fn matches(&self, labels: &Labels) -> bool {
-        let _ = labels;
-        true
+        self.requirements.iter().all(|r| r.matches(labels))
     }
 
     /// Selects everything.
     pub fn is_empty(&self) -> bool {
-        true
+        self.requirements.is_empty()
+    }
+}
+
+impl Requirement {
+    fn has_value(&self, v: &str) -> bool {
+        self.values.iter().any(|x| x == v)
+    }
+
+    /// apimachinery `Requirement.Matches`.
+    fn matches(&self, labels: &Labels) -> bool {
+        let value = labels.get(&self.key);
+        match self.op {
+            Op::In | Op::Equals | Op::DoubleEquals => value.is_some_and(|v| self.has_value(v)),
+            Op::NotIn | Op::NotEquals => value.is_none_or(|v| !self.has_value(v)),
+            Op::Exists => value.is_some(),
+            Op::DoesNotExist => value.is_none(),
+            Op::GreaterThan | Op::LessThan => {
+                let Some(have) = value.and_then(parse_go_int) else {
+                    return false;
+                };
+                let [want] = self.values.as_slice() else {
+                    return false;
+                };
+                let Some(want) = parse_go_int(want) else {
+                    return false;
+                };
+                if self.op == Op::GreaterThan {
+                    have > want
+                } else {
+                    have < want
+                }
+            }
+        }
+    }
+}
+
+/// A field the metrics API can select on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// `metadata.name`
+    Name,
+    /// `metadata.namespace` (empty for cluster-scoped objects).
+    Namespace,
+}
+
+/// One `field=value` / `field!=value` term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FieldTerm {
+    field: Field,
+    value: String,
+    equal: bool,
+}
+
+/// A parsed field selector on `metadata.name` and `metadata.namespace`; every term must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector {
+    terms: Vec<FieldTerm>,
+}
+
+impl FieldSelector {
+    /// Parses `fieldSelector` syntax (`a=b`, `a==b`, `a!=b`, comma-separated, `\` escapes)
+    /// and rejects fields other than `metadata.name` and `metadata.namespace` with the
+    /// apiserver's field label conversion message.
+    pub fn parse(selector: &str) -> Result<Self, SelectorError> {
+        let mut parts = split_terms(selector);
+        parts.sort_unstable();
+        let mut raw = Vec::new();
+        for part in parts {
+            if part.is_empty() {
+                continue;
+            }
+            let Some((lhs, op, rhs)) = split_term(part) else {
+                return Err(SelectorError(format!(
+                    "invalid selector: '{selector}'; can't understand '{part}'"
+                )));
+            };
+            let value = unescape_value(rhs)?;
+            raw.push((lhs, op != "!=", value));
+        }
+        // The apiserver's `Transform(ConvertFieldLabel)` runs after parsing succeeded.
+        let mut terms = Vec::with_capacity(raw.len());
+        for (lhs, equal, value) in raw {
+            let field = match lhs {
+                "metadata.name" => Field::Name,
+                "metadata.namespace" => Field::Namespace,
+                other => {
+                    return Err(SelectorError(format!(
+                        "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                        go_quote(other)
+                    )));
+                }
+            };
+            terms.push(FieldTerm {
+                field,
+                value,
+                equal,
+            });
+        }
+        Ok(FieldSelector { terms })
+    }
+
+    /// Whether an object with this name and namespace (`""` when cluster-scoped) matches.
+    pub fn matches(&self, name: &str, namespace: &str) -> bool {
+        self.terms.iter().all(|t| {
+            let have = match t.field {
+                Field::Name => name,
+                Field::Namespace => namespace,
+            };
+            (have == t.value) == t.equal
+        })
+    }
+
+    /// Selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// The value a `metadata.namespace=` / `==` term requires, if any (lets a pod list skip
+    /// other namespaces early).
+    pub fn required(&self, field: Field) -> Option<&str> {
+        self.terms
+            .iter()
+            .find(|t| t.field == field && t.equal)
+            .map(|t| t.value.as_str())
+    }
+}
+
+/// apimachinery `fields.splitTerms`: commas not preceded by a backslash split terms.
+fn split_terms(s: &str) -> Vec<&str> {
+    if s.is_empty() {
+        return Vec::new();
+    }
+    let mut terms = Vec::new();
+    let mut start = 0;
+    let mut in_slash = false;
+    for (i, c) in s.char_indices() {
+        if in_slash {
+            in_slash = false;
+        } else if c == '\\' {
+            in_slash = true;
+        } else if c == ',' {
+            terms.push(&s[start..i]);
+            start = i + 1;
+        }
+    }
+    terms.push(&s[start..]);
+    terms
+}
+
+/// apimachinery `fields.splitTerm`: the first `!=`, `==` or `=` splits.
+fn split_term(term: &str) -> Option<(&str, &'static str, &str)> {
+    for (i, _) in term.char_indices() {
+        let rest = &term[i..];
+        for op in ["!=", "==", "="] {
+            if let Some(rhs) = rest.strip_prefix(op) {
+                return Some((&term[..i], op, rhs));
+            }
+        }
+    }
+    None
+}
+
+/// apimachinery `fields.UnescapeValue`.
+fn unescape_value(s: &str) -> Result<String, SelectorError> {
+    if !s.contains(['\\', ',', '=']) {
+        return Ok(s.to_owned());
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut in_slash = false;
+    for c in s.chars() {
+        if in_slash {
+            match c {
+                '\\' | ',' | '=' => out.push(c),
+                _ => {
+                    return Err(SelectorError(format!(
+                        "invalid field selector: invalid escape sequence: \\{c}"
+                    )));
+                }
+            }
+            in_slash = false;
+            continue;
+        }
+        match c {
+            '\\' => in_slash = true,
+            // Go prints the rune with %v, i.e. as its code point number.
+            ',' | '=' => {
+                return Err(SelectorError(format!(
+                    "invalid field selector: unescaped character in value: {}",
+                    c as u32
+                )));
+            }
+            _ => out.push(c),
+        }
+    }
+    if in_slash {
+        return Err(SelectorError(
+            "invalid field selector: invalid escape sequence: \\".to_owned(),
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        let mut v: Vec<(Arc<str>, Arc<str>)> = pairs
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), Arc::from(*v)))
+            .collect();
+        v.sort();
+        Labels(v.into())
+    }
+
+    fn sel(s: &str) -> LabelSelector {
+        LabelSelector::parse(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+    }
+
+    fn parse_err(s: &str) -> String {
+        match LabelSelector::parse(s) {
+            Ok(v) => panic!("{s:?} parsed as {v:?}"),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn empty_and_blank_select_everything() {
+        for s in ["", "   ", "\t\n"] {
+            let l = sel(s);
+            assert!(l.is_empty());
+            assert!(l.matches(&labels(&[])));
+            assert!(l.matches(&labels(&[("a", "b")])));
+        }
+    }
+
+    #[test]
+    fn equality_operators() {
+        let ab = labels(&[("a", "b"), ("x", "y")]);
+        let ac = labels(&[("a", "c")]);
+        let none = labels(&[]);
+        for s in ["a=b", "a==b", " a = b ", "a in (b)", "a in (z,b)"] {
+            let l = sel(s);
+            assert!(l.matches(&ab), "{s}");
+            assert!(!l.matches(&ac), "{s}");
+            assert!(!l.matches(&none), "{s}");
+        }
+        for s in ["a!=b", "a notin (b)", "a notin (b,z)"] {
+            let l = sel(s);
+            assert!(!l.matches(&ab), "{s}");
+            assert!(l.matches(&ac), "{s}");
+            assert!(l.matches(&none), "{s} matches when the key is absent");
+        }
+    }
+
+    #[test]
+    fn exists_and_does_not_exist() {
+        let with = labels(&[("app", "web")]);
+        let without = labels(&[("tier", "db")]);
+        assert!(sel("app").matches(&with));
+        assert!(!sel("app").matches(&without));
+        assert!(!sel("!app").matches(&with));
+        assert!(sel("!app").matches(&without));
+        assert!(sel("!app,tier").matches(&without));
+        assert!(!sel("app,tier").matches(&with));
+    }
+
+    #[test]
+    fn empty_values_and_keywords_as_values() {
+        let empty = labels(&[("a", "")]);
+        assert!(sel("a=").matches(&empty));
+        assert!(sel("a in ()").matches(&empty));
+        assert!(sel("a in (,x)").matches(&empty));
+        // `in` and `notin` are plain identifiers in value position.
+        let kw = labels(&[("a", "in")]);
+        assert!(sel("a=in").matches(&kw));
+        assert!(sel("a in (notin, in)").matches(&kw));
+    }
+
+    #[test]
+    fn greater_and_less_than() {
+        let l = labels(&[("n", "5"), ("s", "x")]);
+        assert!(sel("n>4").matches(&l));
+        assert!(!sel("n>5").matches(&l));
+        assert!(sel("n<6").matches(&l));
+        assert!(!sel("s>1").matches(&l), "non-integer label never matches");
+        assert!(!sel("missing<1").matches(&l));
+    }
+
+    #[test]
+    fn prefixed_keys() {
+        let l = labels(&[("app.kubernetes.io/name", "web")]);
+        assert!(sel("app.kubernetes.io/name=web").matches(&l));
+        assert!(sel("app.kubernetes.io/name in (web, api)").matches(&l));
+    }
+
+    #[test]
+    fn syntax_errors_use_apimachinery_wording() {
+        assert_eq!(
+            parse_err("a=b c"),
+            "found 'c', expected: ',' or 'end of string'"
+        );
+        assert_eq!(
+            parse_err("a=b,"),
+            "found '', expected: identifier after ','"
+        );
+        assert_eq!(
+            parse_err("=a"),
+            "found '=', expected: !, identifier, or 'end of string'"
+        );
+        assert_eq!(
+            parse_err("a b"),
+            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
+        );
+        assert_eq!(
+            parse_err("a in b"),
+            "unable to parse requirement: found 'b' expected: '('"
+        );
+        assert_eq!(
+            parse_err("a in (b"),
+            "unable to parse requirement: found '', expected: ',' or ')'"
+        );
+        assert_eq!(
+            parse_err("a in (b c)"),
+            "unable to parse requirement: found 'c', expected: ',' or ')'"
+        );
+        assert_eq!(
+            parse_err("a in (=)"),
+            "unable to parse requirement: found '=', expected: ',', ')' or identifier"
+        );
+        assert_eq!(
+            parse_err("a=(b)"),
+            "unable to parse requirement: found '(', expected: identifier"
+        );
+        assert_eq!(
+            parse_err("!a=b"),
+            "found '=', expected: ',' or 'end of string'"
+        );
+        assert_eq!(
+            parse_err("!"),
+            "unable to parse requirement: found '', expected: identifier"
+        );
+    }
+
+    #[test]
+    fn invalid_keys_and_values_use_validation_wording() {
+        assert_eq!(
+            parse_err("-a=b"),
+            "unable to parse requirement: <nil>: Invalid value: \"-a\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+        );
+        assert_eq!(
+            parse_err("Example.com/a=b"),
+            "unable to parse requirement: <nil>: Invalid value: \"Example.com/a\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        );
+        assert!(parse_err("a/b/c").contains("a qualified name must consist of"));
+        assert!(
+            parse_err(&"k".repeat(64)).contains("name part must be no more than 63 characters")
+        );
+        assert_eq!(
+            parse_err("a=b$"),
+            "unable to parse requirement: values[0][a]: Invalid value: \"b$\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+        );
+        assert_eq!(
+            parse_err("a>x"),
+            "unable to parse requirement: values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer"
+        );
+        // Several errors are aggregated in brackets.
+        assert!(
+            parse_err("a in (-x,-y)")
+                .starts_with("unable to parse requirement: [values[0][a]: Invalid value: \"-x\"")
+        );
+    }
+
+    #[test]
+    fn field_selector_name_and_namespace() {
+        let f = FieldSelector::parse("metadata.name=n1").unwrap();
+        assert!(f.matches("n1", ""));
+        assert!(!f.matches("n2", ""));
+        let f = FieldSelector::parse("metadata.namespace==kube-system,metadata.name!=x").unwrap();
+        assert!(f.matches("y", "kube-system"));
+        assert!(!f.matches("x", "kube-system"));
+        assert!(!f.matches("y", "default"));
+        assert_eq!(f.required(Field::Namespace), Some("kube-system"));
+        assert_eq!(f.required(Field::Name), None);
+        assert!(FieldSelector::parse("").unwrap().is_empty());
+        // Cluster-scoped objects have an empty namespace.
+        let f = FieldSelector::parse("metadata.namespace=").unwrap();
+        assert!(f.matches("n1", ""));
+        let f = FieldSelector::parse("metadata.name=a\\,b").unwrap();
+        assert!(f.matches("a,b", ""));
+    }
+
+    #[test]
+    fn field_selector_errors_use_apiserver_wording() {
+        let e = |s: &str| FieldSelector::parse(s).unwrap_err().0;
+        assert_eq!(
+            e("spec.nodeName=n1"),
+            "\"spec.nodeName\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        );
+        assert_eq!(
+            e("metadata.name"),
+            "invalid selector: 'metadata.name'; can't understand 'metadata.name'"
+        );
+        assert_eq!(
+            e("metadata.name=a=b"),
+            "invalid field selector: unescaped character in value: 61"
+        );
+        assert_eq!(
+            e("metadata.name=a\\x"),
+            "invalid field selector: invalid escape sequence: \\x"
+        );
+        assert_eq!(
+            e("metadata.name=a\\"),
+            "invalid field selector: invalid escape sequence: \\"
+        );
     }
 }

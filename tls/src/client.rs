@@ -7,7 +7,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::{provider, Error, Identity};
+use crate::{Error, Identity, provider};
 
 /// How a client verifies the server it talks to.
 #[derive(Debug, Clone)]

@@ -10,19 +10,16 @@ use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::ResolvesServerCert;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use rustls_pki_types::{CertificateDer, UnixTime};
 
-use crate::{provider, Error};
+use crate::{Error, provider};
 
 /// Builds the serving config: TLS 1.2 and 1.3, ALPN h2 then http/1.1 (h2 left out when
 /// `http2` is false), client certificates requested and handed to the application.
-pub fn config(
-    certs: Arc<dyn ResolvesServerCert>,
-    http2: bool,
-) -> Result<ServerConfig, Error> {
+pub fn config(certs: Arc<dyn ResolvesServerCert>, http2: bool) -> Result<ServerConfig, Error> {
     config_with_min_version(certs, http2, false)
 }
 

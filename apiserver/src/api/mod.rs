@@ -1,14 +1,102 @@
-//! The metrics.k8s.io API. Owned by the API work; this is the agreed public surface.
+//! The `metrics.k8s.io` API (v1 and v1beta1): NodeMetrics/PodMetrics gets and lists with
+//! selectors, Table output, discovery, OpenAPI and `/version`, answered without sockets by
+//! [`Api::handle`] (or [`Handler::handle`] over any [`Source`]).
+//!
+//! # Layout
+//! - [`routes`] maps a path → [`routes::Route`].
+//! - [`accept`] does `Accept` negotiation (JSON, Table, PartialObjectMetadata, discovery v2).
+//! - [`query`] decodes the query string decoding as Go's `url.ParseQuery`.
+//! - [`encode`], [`json`], [`quantity`], [`time`] are the hand-written JSON writers.
+//! - [`body`] streams list bodies.
+//! - [`discovery`], [`openapi`] hold the documents built once at startup.
+//! - [`metrics`] holds `metrics_server_api_metric_freshness_seconds`.
 
+pub mod accept;
+pub mod body;
+pub mod discovery;
+pub mod encode;
+pub mod json;
+pub mod metrics;
+pub mod openapi;
+pub mod quantity;
+pub mod query;
+pub mod routes;
+pub mod time;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
+
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::request::Parts;
+use http::{HeaderValue, Method, Response, StatusCode, header};
 use prometheus_client::registry::Registry;
-use scraper::inventory::Inventory;
-use scraper::selector::LabelSelector;
+use scraper::inventory::{Inventory, NodeRecord, PodRecord};
+use scraper::point::{PodKey, PodUsage, Usage};
+use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 
+use self::accept::{Endpoint, Target};
+use self::body::{ListBody, WriteItem};
+use self::discovery::{AGGREGATED_CONTENT_TYPE, Discovery};
+use self::encode::{Ctx, Include, NodeItem, PodItem};
+use self::metrics::Freshness;
+use self::openapi::{Doc, OpenApi};
+use self::routes::{Resource, Route, Version};
 use crate::Body;
+use crate::status::Status;
+
+/// What the API reads: which nodes and pods exist (with labels) and their usage.
+///
+/// Implemented for the real [`Inventory`] + [`Store`] pair by [`Live`]; tests and benches
+/// use in-memory fakes.
+pub trait Source: Send + Sync + 'static {
+    /// Every node, sorted by name.
+    fn nodes(&self) -> Vec<Arc<NodeRecord>>;
+    /// A node by name.
+    fn node(&self, name: &str) -> Option<Arc<NodeRecord>>;
+    /// Every pod of a namespace (or of all), sorted by namespace then name.
+    fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>>;
+    /// A pod by namespace and name.
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>>;
+    /// A node's servable usage at `now_ns`.
+    fn node_usage(&self, name: &str, now_ns: i64) -> Option<Usage>;
+    /// A pod's servable usage at `now_ns`.
+    fn pod_usage(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>>;
+}
+
+/// The real source: the inventory for existence and labels, the store for usage.
+#[derive(Clone, Debug)]
+pub struct Live {
+    /// Which nodes and pods exist.
+    pub inventory: Arc<Inventory>,
+    /// Their usage.
+    pub store: Arc<Store>,
+}
+
+impl Source for Live {
+    fn nodes(&self) -> Vec<Arc<NodeRecord>> {
+        self.inventory.nodes()
+    }
+    fn node(&self, name: &str) -> Option<Arc<NodeRecord>> {
+        self.inventory.node(name)
+    }
+    fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>> {
+        self.inventory.pods(namespace)
+    }
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        self.inventory.pod(namespace, name)
+    }
+    fn node_usage(&self, name: &str, now_ns: i64) -> Option<Usage> {
+        self.store.node(name, now_ns)
+    }
+    fn pod_usage(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>> {
+        self.store.pod(namespace, name, now_ns)
+    }
+}
 
 /// Everything the API reads.
 #[derive(Debug)]
@@ -19,6 +107,7 @@ pub struct Api {
     pub store: Arc<Store>,
     /// `--node-selector`: applied to node lists, not to node GET (as metrics-server).
     pub node_selector: LabelSelector,
+    handler: Handler<Live>,
 }
 
 impl Api {
@@ -30,19 +119,577 @@ impl Api {
         node_selector: LabelSelector,
         registry: &mut Registry,
     ) -> Self {
-        let _ = registry;
+        let live = Live {
+            inventory: Arc::clone(&inventory),
+            store: Arc::clone(&store),
+        };
         Api {
             inventory,
             store,
+            handler: Handler::new(live, node_selector.clone(), registry),
             node_selector,
         }
     }
 
-    /// Answers a request for a path this module owns (`/apis`, `/apis/metrics.k8s.io/**`,
-    /// `/openapi/**`, `/version`), or `None` when the path is not the API's.
+    /// Answers a request for a path this module owns (`/apis`, `/apis/**`, `/openapi/**`,
+    /// `/version`), or `None` when the path is not the API's.
     /// `now_ns` is the response time (creationTimestamp, staleness).
     pub fn handle(&self, parts: &Parts, now_ns: i64) -> Option<http::Response<Body>> {
-        let _ = (parts, now_ns);
-        None
+        self.handler.handle(parts, now_ns)
     }
+}
+
+/// The API over any [`Source`].
+pub struct Handler<S> {
+    source: S,
+    node_selector: LabelSelector,
+    freshness: Arc<Freshness>,
+    discovery: Arc<Discovery>,
+    openapi: Arc<OpenApi>,
+}
+
+impl<S> std::fmt::Debug for Handler<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handler")
+            .field("node_selector", &self.node_selector)
+            .finish_non_exhaustive()
+    }
+}
+
+fn response(status: StatusCode, content_type: &'static str, body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn json_response(body: Body) -> Response<Body> {
+    response(StatusCode::OK, "application/json", body)
+}
+
+fn header_str<'a>(parts: &'a Parts, name: header::HeaderName) -> Option<Cow<'a, str>> {
+    parts
+        .headers
+        .get(name)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()))
+}
+
+/// `GET`/`HEAD` only; anything else is go-restful's 405 through the apiserver's error handler.
+fn method_not_allowed() -> Response<Body> {
+    Status::method_not_allowed_generic().into_response()
+}
+
+fn not_acceptable() -> Response<Body> {
+    Status::not_acceptable(accept::NOT_ACCEPTABLE).into_response()
+}
+
+/// A list request's selectors.
+struct ListQuery {
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl<S: Source> Handler<S> {
+    /// Builds the documents and registers the freshness histogram on `registry`.
+    pub fn new(source: S, node_selector: LabelSelector, registry: &mut Registry) -> Self {
+        let freshness = Arc::new(Freshness::new());
+        registry.register_collector(Box::new(Arc::clone(&freshness)));
+        Handler {
+            source,
+            node_selector,
+            freshness,
+            discovery: Arc::new(Discovery::new()),
+            openapi: Arc::new(OpenApi::new()),
+        }
+    }
+
+    /// The freshness histogram (for tests and the self-metrics endpoint).
+    pub fn freshness(&self) -> &Freshness {
+        &self.freshness
+    }
+
+    /// See [`Api::handle`].
+    pub fn handle(&self, parts: &Parts, now_ns: i64) -> Option<Response<Body>> {
+        let route = routes::route(parts.uri.path())?;
+        if route == Route::NotFound {
+            return Some(Status::no_route().into_response());
+        }
+        if parts.method != Method::GET && parts.method != Method::HEAD {
+            return Some(method_not_allowed());
+        }
+        let accept = header_str(parts, header::ACCEPT);
+        let accept = accept.as_deref();
+        Some(match route {
+            Route::Apis => self.apis(parts, accept),
+            Route::Group => plain(accept, &self.discovery.group),
+            Route::Discovery(v) => plain(accept, self.discovery.resources(v)),
+            Route::Resource(v, r) => self.resource(parts, accept, v, r, now_ns),
+            Route::OpenApiV2 => serve_doc(parts, &self.openapi.v2, None, now_ns),
+            Route::OpenApiV3 => serve_doc(parts, &self.openapi.v3_index, None, now_ns),
+            Route::OpenApiV3Group(v) => {
+                let path = format!("/openapi/v3/apis/metrics.k8s.io/{}", v.as_str());
+                serve_doc(parts, self.openapi.v3(v), Some(&path), now_ns)
+            }
+            Route::Version => json_response(crate::full(self.discovery.version.clone())),
+            Route::NotFound => Status::no_route().into_response(),
+        })
+    }
+
+    /// `/apis`: the aggregated v2 document when asked for (with ETag / 304), else the legacy
+    /// APIGroupList.
+    fn apis(&self, parts: &Parts, accept: Option<&str>) -> Response<Body> {
+        if accept::negotiate(accept, Endpoint::AggregatedDiscovery) != Some(Target::DiscoveryV2) {
+            return plain(accept, &self.discovery.apis);
+        }
+        let etag = &self.discovery.aggregated_etag;
+        let not_modified = parts
+            .headers
+            .get(header::IF_NONE_MATCH)
+            .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+        let mut r = if not_modified {
+            let mut r = Response::new(crate::full(Bytes::new()));
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r
+        } else {
+            response(
+                StatusCode::OK,
+                AGGREGATED_CONTENT_TYPE,
+                crate::full(self.discovery.aggregated.clone()),
+            )
+        };
+        let h = r.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+        h.insert(header::VARY, HeaderValue::from_static("Accept"));
+        if let Ok(v) = HeaderValue::from_str(etag) {
+            h.insert(header::ETAG, v);
+        }
+        r
+    }
+
+    fn resource(
+        &self,
+        parts: &Parts,
+        accept: Option<&str>,
+        v: Version,
+        r: Resource<'_>,
+        now_ns: i64,
+    ) -> Response<Body> {
+        let Some(target) = accept::negotiate(accept, Endpoint::Resource) else {
+            return not_acceptable();
+        };
+        let query = parts.uri.query();
+        let mut ctx = Ctx::new(v.group_version(), now_ns);
+        if let Target::Table(m) | Target::Partial(m) | Target::PartialList(m) = target {
+            ctx.meta_api_version = m.api_version();
+        }
+        // An unknown `includeObject` is only noticed while converting rows (`asTable`), so it
+        // is a 400 only when there is at least one row.
+        let mut bad_include = None;
+        if let Target::Table(_) = target {
+            match query::get(query, "includeObject").as_deref() {
+                None | Some("") | Some("Metadata") => ctx.include = Include::Metadata,
+                Some("None") => ctx.include = Include::None,
+                Some("Object") => ctx.include = Include::Object,
+                Some(other) => bad_include = Some(other.to_owned()),
+            }
+        }
+        let bad = |value: &str| {
+            Status::bad_request(format!(
+                "unrecognized includeObject value: {}",
+                go_quote(value)
+            ))
+            .into_response()
+        };
+        match r {
+            Resource::Nodes | Resource::Pods(_) => {
+                let list = match self.list_query(query, &r) {
+                    Ok(q) => q,
+                    Err(status) => return status.into_response(),
+                };
+                match r {
+                    Resource::Pods(ns) => {
+                        let items = self.list_pods(ns.as_deref(), &list, now_ns);
+                        match bad_include {
+                            Some(v) if !items.is_empty() => bad(&v),
+                            _ => pods_list(target, ctx, items),
+                        }
+                    }
+                    _ => {
+                        let items = self.list_nodes(&list, now_ns);
+                        match bad_include {
+                            Some(v) if !items.is_empty() => bad(&v),
+                            _ => nodes_list(target, ctx, items),
+                        }
+                    }
+                }
+            }
+            Resource::Node(name) => match (self.get_node(&name, now_ns), bad_include) {
+                (Err(status), _) => status.into_response(),
+                (Ok(_), Some(v)) => bad(&v),
+                (Ok(item), None) => single(target, &ctx, SingleItem::Node(&item)),
+            },
+            Resource::Pod(ns, name) => match (self.get_pod(&ns, &name, now_ns), bad_include) {
+                (Err(status), _) => status.into_response(),
+                (Ok(_), Some(v)) => bad(&v),
+                (Ok(item), None) => single(target, &ctx, SingleItem::Pod(&item)),
+            },
+        }
+    }
+
+    /// Parses the selectors and rejects watches, in the apiserver's order: selector syntax,
+    /// field label conversion, then watch.
+    fn list_query(&self, query: Option<&str>, r: &Resource<'_>) -> Result<ListQuery, Box<Status>> {
+        let labels = LabelSelector::parse(&query::get(query, "labelSelector").unwrap_or_default())
+            .map_err(|e| Box::new(Status::bad_request(e.0)))?;
+        let fields = FieldSelector::parse(&query::get(query, "fieldSelector").unwrap_or_default())
+            .map_err(|e| Box::new(Status::bad_request(e.0)))?;
+        if query::flag(query, "watch") {
+            let resource = match r {
+                Resource::Nodes | Resource::Node(_) => "nodes",
+                _ => "pods",
+            };
+            return Err(Box::new(Status::method_not_supported(
+                resource,
+                "metrics.k8s.io",
+                "watch",
+            )));
+        }
+        Ok(ListQuery { labels, fields })
+    }
+
+    /// Nodes matching `--node-selector`, the label and the field selector, with usage, sorted
+    /// by name. One freshness observation per item.
+    pub fn list_nodes_for(
+        &self,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        now_ns: i64,
+    ) -> Vec<NodeItem> {
+        let mut nodes = self.source.nodes();
+        if !nodes.is_sorted_by(|a, b| a.name <= b.name) {
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        let mut batch = self.freshness.batch();
+        let mut items = Vec::with_capacity(nodes.len());
+        for record in nodes {
+            if !self.node_selector.matches(&record.labels)
+                || !labels.matches(&record.labels)
+                || !fields.matches(record.name.as_str(), "")
+            {
+                continue;
+            }
+            if let Some(usage) = self.source.node_usage(record.name.as_str(), now_ns) {
+                batch.observe(now_ns, usage.timestamp_ns);
+                items.push(NodeItem { record, usage });
+            }
+        }
+        items
+    }
+
+    fn list_nodes(&self, q: &ListQuery, now_ns: i64) -> Vec<NodeItem> {
+        self.list_nodes_for(&q.labels, &q.fields, now_ns)
+    }
+
+    fn list_pods(&self, namespace: Option<&str>, q: &ListQuery, now_ns: i64) -> Vec<PodItem> {
+        // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
+        let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
+        let pods = self.source.pods(namespace);
+        let mut batch = self.freshness.batch();
+        let mut items = Vec::with_capacity(pods.len());
+        // The source promises namespace/name order; checked on the way (the keys are being
+        // read anyway) and restored if broken.
+        let mut sorted = true;
+        let mut previous: Option<&PodKey> = None;
+        for record in &pods {
+            let key = &record.key;
+            if let Some(p) = previous {
+                sorted &= p <= key;
+            }
+            previous = Some(key);
+            if namespace.is_some_and(|ns| *key.namespace != *ns)
+                || !q.labels.matches(&record.labels)
+                || !q.fields.matches(&key.name, &key.namespace)
+            {
+                continue;
+            }
+            if let Some(usage) = self.source.pod_usage(&key.namespace, &key.name, now_ns) {
+                batch.observe(now_ns, usage.timestamp_ns);
+                items.push(PodItem {
+                    record: Arc::clone(record),
+                    usage,
+                });
+            }
+        }
+        if !sorted {
+            items.sort_by(|a, b| a.record.key.cmp(&b.record.key));
+        }
+        items
+    }
+
+    fn get_node(&self, name: &str, now_ns: i64) -> Result<NodeItem, Box<Status>> {
+        // client-go's node lister reports the singular resource: `node "<name>" not found`.
+        let record = self
+            .source
+            .node(name)
+            .ok_or_else(|| Box::new(Status::not_found("node", "", name)))?;
+        let usage = self
+            .source
+            .node_usage(name, now_ns)
+            .ok_or_else(|| Box::new(Status::not_found("nodemetrics", "metrics.k8s.io", name)))?;
+        self.freshness.batch().observe(now_ns, usage.timestamp_ns);
+        Ok(NodeItem { record, usage })
+    }
+
+    fn get_pod(&self, namespace: &str, name: &str, now_ns: i64) -> Result<PodItem, Box<Status>> {
+        let record = self
+            .source
+            .pod(namespace, name)
+            .ok_or_else(|| Box::new(Status::not_found("pods", "", name)))?;
+        let usage = self
+            .source
+            .pod_usage(namespace, name, now_ns)
+            .ok_or_else(|| {
+                Box::new(Status::not_found(
+                    "podmetrics",
+                    "metrics.k8s.io",
+                    &format!("{namespace}/{name}"),
+                ))
+            })?;
+        self.freshness.batch().observe(now_ns, usage.timestamp_ns);
+        Ok(PodItem { record, usage })
+    }
+}
+
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A discovery document with plain negotiation (406 when JSON is not acceptable).
+fn plain(accept: Option<&str>, body: &Bytes) -> Response<Body> {
+    match accept::negotiate(accept, Endpoint::Plain) {
+        Some(_) => json_response(crate::full(body.clone())),
+        None => not_acceptable(),
+    }
+}
+
+/// An OpenAPI document: ETag, `If-None-Match` → 304, and for v3 group documents the `hash`
+/// query (mismatch → 301 to the current hash; match → immutable caching), as kube-openapi.
+fn serve_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Response<Body> {
+    let etag = doc.etag();
+    let mut immutable = false;
+    if let Some(path) = v3_path
+        && let Some(hash) = query::get(parts.uri.query(), "hash")
+        && !hash.is_empty()
+    {
+        if hash != doc.hash {
+            let mut r = Response::new(crate::full(Bytes::new()));
+            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+            if let Ok(v) = HeaderValue::from_str(&format!("{path}?hash={}", doc.hash)) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            return r;
+        }
+        immutable = true;
+    }
+    let not_modified = parts
+        .headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    let mut r = if not_modified {
+        let mut r = Response::new(crate::full(Bytes::new()));
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        json_response(crate::full(doc.body.clone()))
+    };
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    if immutable {
+        h.insert(header::VARY, HeaderValue::from_static("Accept"));
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, immutable"),
+        );
+        let mut expires = Vec::with_capacity(32);
+        time::write_rfc1123(
+            &mut expires,
+            now_ns.saturating_add(365 * 86_400 * 1_000_000_000),
+        );
+        if let Ok(v) = HeaderValue::from_bytes(&expires) {
+            h.insert(header::EXPIRES, v);
+        }
+    }
+    r
+}
+
+enum SingleItem<'a> {
+    Node(&'a NodeItem),
+    Pod(&'a PodItem),
+}
+
+/// A single object in the negotiated form.
+fn single(target: Target, ctx: &Ctx, item: SingleItem<'_>) -> Response<Body> {
+    let mut out = Vec::with_capacity(1024);
+    match target {
+        Target::Json | Target::DiscoveryV2 => match item {
+            SingleItem::Node(n) => encode::write_node(&mut out, ctx, n, true),
+            SingleItem::Pod(p) => encode::write_pod(&mut out, ctx, p, true),
+        },
+        Target::Partial(_) => match item {
+            SingleItem::Node(n) => encode::write_node_partial(&mut out, ctx, n),
+            SingleItem::Pod(p) => encode::write_pod_partial(&mut out, ctx, p),
+        },
+        Target::PartialList(_) => {
+            let t = match item {
+                SingleItem::Node(_) => "*metrics.NodeMetrics",
+                SingleItem::Pod(_) => "*metrics.PodMetrics",
+            };
+            return Status::not_acceptable(format!(
+                "you requested PartialObjectMetadataList, but the requested object is not a list ({t})"
+            ))
+            .into_response();
+        }
+        Target::Table(_) => {
+            let mut ctx = ctx.clone();
+            if let SingleItem::Pod(p) = item {
+                ctx.usage_columns = !p.usage.containers.is_empty();
+            }
+            table_head(&mut out, &ctx, true);
+            match item {
+                SingleItem::Node(n) => encode::write_node_row(&mut out, &ctx, n),
+                SingleItem::Pod(p) => encode::write_pod_row(&mut out, &ctx, p),
+            }
+            out.extend_from_slice(b"]}");
+        }
+    }
+    out.push(b'\n');
+    json_response(crate::full(out))
+}
+
+/// `{"kind":"Table",...,"rows":[` (or the whole empty Table when there are no rows).
+fn table_head(out: &mut Vec<u8>, ctx: &Ctx, has_rows: bool) {
+    out.extend_from_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"");
+    out.extend_from_slice(ctx.meta_api_version.as_bytes());
+    out.extend_from_slice(b"\",\"metadata\":{},\"columnDefinitions\":");
+    if has_rows {
+        encode::write_table_columns(out, ctx.usage_columns);
+        out.extend_from_slice(b",\"rows\":[");
+    } else {
+        out.extend_from_slice(b"null,\"rows\":null}");
+    }
+}
+
+fn list_head(out: &mut Vec<u8>, kind: &str, api_version: &str) {
+    out.extend_from_slice(b"{\"kind\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"apiVersion\":\"");
+    out.extend_from_slice(api_version.as_bytes());
+    out.extend_from_slice(b"\",\"metadata\":{},\"items\":");
+}
+
+/// How a list of one resource is written.
+struct ListKind<T> {
+    /// `NodeMetricsList` / `PodMetricsList`.
+    kind: &'static str,
+    /// The Go type named in the PartialObjectMetadata 406.
+    go_type: &'static str,
+    json: WriteItem<T>,
+    partial: WriteItem<T>,
+    row: WriteItem<T>,
+}
+
+/// Streams a list in the negotiated form.
+fn list_body<T: Send + Sync + Unpin + 'static>(
+    target: Target,
+    ctx: Ctx,
+    items: Vec<T>,
+    k: ListKind<T>,
+) -> Response<Body> {
+    let ListKind {
+        kind: list_kind,
+        go_type,
+        json,
+        partial,
+        row,
+    } = k;
+    let mut head = Vec::with_capacity(1024);
+    let (write, tail): (WriteItem<T>, &'static [u8]) = match target {
+        Target::Json | Target::DiscoveryV2 => {
+            list_head(&mut head, list_kind, ctx.api_version);
+            head.push(b'[');
+            (json, b"]}\n")
+        }
+        Target::PartialList(_) => {
+            list_head(&mut head, "PartialObjectMetadataList", ctx.meta_api_version);
+            if items.is_empty() {
+                head.extend_from_slice(b"null}\n");
+                return json_response(crate::full(head));
+            }
+            head.push(b'[');
+            (partial, b"]}\n")
+        }
+        Target::Partial(_) => {
+            return Status::not_acceptable(format!(
+                "you requested PartialObjectMetadata, but the requested object is a list ({go_type})"
+            ))
+            .into_response();
+        }
+        Target::Table(_) => {
+            if items.is_empty() {
+                table_head(&mut head, &ctx, false);
+                head.push(b'\n');
+                return json_response(crate::full(head));
+            }
+            table_head(&mut head, &ctx, true);
+            (row, b"]}\n")
+        }
+    };
+    json_response(ListBody::new(head, items, tail, ctx, write).into_body())
+}
+
+fn nodes_list(target: Target, ctx: Ctx, items: Vec<NodeItem>) -> Response<Body> {
+    list_body(
+        target,
+        ctx,
+        items,
+        ListKind {
+            kind: "NodeMetricsList",
+            go_type: "*metrics.NodeMetricsList",
+            json: |out, ctx, item| encode::write_node(out, ctx, item, false),
+            partial: encode::write_node_partial,
+            row: encode::write_node_row,
+        },
+    )
+}
+
+fn pods_list(target: Target, mut ctx: Ctx, items: Vec<PodItem>) -> Response<Body> {
+    if let Some(first) = items.first() {
+        ctx.usage_columns = !first.usage.containers.is_empty();
+    }
+    list_body(
+        target,
+        ctx,
+        items,
+        ListKind {
+            kind: "PodMetricsList",
+            go_type: "*metrics.PodMetricsList",
+            json: |out, ctx, item| encode::write_pod(out, ctx, item, false),
+            partial: encode::write_pod_partial,
+            row: encode::write_pod_row,
+        },
+    )
 }

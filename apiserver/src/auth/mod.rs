@@ -180,6 +180,8 @@ pub struct Authenticator {
     trust: RwLock<Arc<Trust>>,
     tokens: Option<TokenReviewer>,
     client: Option<kube::Client>,
+    /// The client of the ConfigMap watch; `client` unless [`Authenticator::with_watch_client`].
+    watch_client: Option<kube::Client>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -243,6 +245,7 @@ impl Authenticator {
             flag_request_header,
             flag_client_ca,
             tokens,
+            watch_client: client.clone(),
             client,
             config,
         };
@@ -283,12 +286,26 @@ impl Authenticator {
         }
     }
 
+    /// Uses `client` for the ConfigMap watch. A watch is a long poll that is quiet for
+    /// minutes, so it needs kube's default read timeout (295 s), not the short one of
+    /// [`review_client`], which would end the watch (and relist) every few seconds.
+    pub fn with_watch_client(mut self, client: kube::Client) -> Self {
+        self.watch_client = Some(client);
+        self
+    }
+
+    /// Whether [`Authenticator::run_watch`] has anything to watch: the lookup is wanted (not
+    /// skipped, and a CA is left to the ConfigMap) and there is a client.
+    pub fn watches_configmap(&self) -> bool {
+        self.watch_client.is_some() && self.lookup_wanted()
+    }
+
     /// Watches the ConfigMap until `shutdown` and applies every change (rotated CAs, new
     /// allowed names or header names take effect at once). Returns at once when there is
-    /// nothing to watch (lookup skipped, both CAs from flags, or no client). The caller owns
+    /// nothing to watch ([`Authenticator::watches_configmap`] is false). The caller owns
     /// the task that runs it.
     pub async fn run_watch(&self, shutdown: CancellationToken) {
-        let Some(client) = self.client.clone().filter(|_| self.lookup_wanted()) else {
+        let Some(client) = self.watch_client.clone().filter(|_| self.lookup_wanted()) else {
             return;
         };
         configmap::watch(self, client, shutdown).await;

@@ -207,6 +207,43 @@ impl Config {
         }
     }
 
+    /// The delegated authentication settings (`--client-ca-file`, `--requestheader-*`,
+    /// `--authentication-*`).
+    pub fn authn(&self) -> crate::auth::AuthnConfig {
+        let a = &self.authentication;
+        crate::auth::AuthnConfig {
+            client_ca_file: a
+                .client_ca_file
+                .clone()
+                .filter(|p| !p.as_os_str().is_empty()),
+            requestheader_client_ca_file: a
+                .requestheader_client_ca_file
+                .clone()
+                .filter(|p| !p.as_os_str().is_empty()),
+            requestheader_allowed_names: non_empty(&a.requestheader_allowed_names),
+            requestheader_username_headers: non_empty(&a.requestheader_username_headers),
+            requestheader_uid_headers: non_empty(&a.requestheader_uid_headers),
+            requestheader_group_headers: non_empty(&a.requestheader_group_headers),
+            requestheader_extra_headers_prefix: non_empty(&a.requestheader_extra_headers_prefix),
+            token_webhook_cache_ttl: a.authentication_token_webhook_cache_ttl.0,
+            skip_lookup: a.authentication_skip_lookup,
+            tolerate_lookup_failure: a.authentication_tolerate_lookup_failure,
+            ..crate::auth::AuthnConfig::default()
+        }
+    }
+
+    /// The delegated authorization settings (`--authorization-*`); `system:masters` is
+    /// always allowed, as k8s.io/apiserver's library default.
+    pub fn authz(&self) -> crate::auth::AuthzConfig {
+        let a = &self.authorization;
+        crate::auth::AuthzConfig {
+            always_allow_paths: non_empty(&a.authorization_always_allow_paths),
+            authorized_ttl: a.authorization_webhook_cache_authorized_ttl.0,
+            unauthorized_ttl: a.authorization_webhook_cache_unauthorized_ttl.0,
+            ..crate::auth::AuthzConfig::default()
+        }
+    }
+
     /// The scrape loop's settings.
     pub fn scrape(&self, node_selector: LabelSelector) -> scraper::scrape::Config {
         let k = &self.kubelet;
@@ -221,4 +258,15 @@ impl Config {
             node_selector,
         }
     }
+}
+
+/// A string-list flag without empty items: `--flag=` is an empty list, as pflag's
+/// `StringSlice` reads it, not a list of one empty string.
+fn non_empty(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

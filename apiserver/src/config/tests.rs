@@ -361,3 +361,69 @@ fn help_groups_in_metrics_server_order() {
     assert!(kubelet < at && at < serving);
     assert!(help.contains("[default: 1m0s]"));
 }
+
+#[test]
+fn delegated_auth_settings_follow_flags() {
+    let c = parse(&[]);
+    let authn = c.authn();
+    assert_eq!(authn.client_ca_file, None);
+    assert_eq!(authn.requestheader_client_ca_file, None);
+    assert!(authn.requestheader_allowed_names.is_empty());
+    assert_eq!(authn.requestheader_username_headers, ["x-remote-user"]);
+    assert_eq!(authn.requestheader_group_headers, ["x-remote-group"]);
+    assert_eq!(
+        authn.requestheader_extra_headers_prefix,
+        ["x-remote-extra-"]
+    );
+    assert!(authn.requestheader_uid_headers.is_empty());
+    assert_eq!(authn.token_webhook_cache_ttl, Duration::from_secs(10));
+    assert!(!authn.skip_lookup && !authn.tolerate_lookup_failure);
+    let authz = c.authz();
+    assert_eq!(authz.always_allow_paths, ["/healthz", "/readyz", "/livez"]);
+    assert_eq!(authz.always_allow_groups, ["system:masters"]);
+    assert_eq!(authz.authorized_ttl, Duration::from_secs(10));
+    assert_eq!(authz.unauthorized_ttl, Duration::from_secs(10));
+
+    let c = parse(&[
+        "--client-ca-file=/etc/ca.crt",
+        "--requestheader-client-ca-file=/etc/front-proxy-ca.crt",
+        "--requestheader-allowed-names=front-proxy-client,aggregator",
+        "--requestheader-username-headers=X-User",
+        "--requestheader-uid-headers=X-Remote-Uid",
+        "--authentication-token-webhook-cache-ttl=1m",
+        "--authentication-skip-lookup",
+        "--authentication-tolerate-lookup-failure=true",
+        "--authorization-always-allow-paths=/livez,/metrics",
+        "--authorization-webhook-cache-authorized-ttl=5m",
+        "--authorization-webhook-cache-unauthorized-ttl=30s",
+    ]);
+    let authn = c.authn();
+    assert_eq!(authn.client_ca_file, Some(PathBuf::from("/etc/ca.crt")));
+    assert_eq!(
+        authn.requestheader_client_ca_file,
+        Some(PathBuf::from("/etc/front-proxy-ca.crt"))
+    );
+    assert_eq!(
+        authn.requestheader_allowed_names,
+        ["front-proxy-client", "aggregator"]
+    );
+    assert_eq!(authn.requestheader_username_headers, ["X-User"]);
+    assert_eq!(authn.requestheader_uid_headers, ["X-Remote-Uid"]);
+    assert_eq!(authn.token_webhook_cache_ttl, Duration::from_secs(60));
+    assert!(authn.skip_lookup && authn.tolerate_lookup_failure);
+    let authz = c.authz();
+    assert_eq!(authz.always_allow_paths, ["/livez", "/metrics"]);
+    assert_eq!(authz.authorized_ttl, Duration::from_secs(300));
+    assert_eq!(authz.unauthorized_ttl, Duration::from_secs(30));
+}
+
+#[test]
+fn an_empty_list_flag_is_an_empty_list_not_one_empty_item() {
+    // An empty always-allow entry would otherwise allow "/" to everyone.
+    let c = parse(&[
+        "--authorization-always-allow-paths=",
+        "--requestheader-allowed-names=",
+    ]);
+    assert!(c.authz().always_allow_paths.is_empty());
+    assert!(c.authn().requestheader_allowed_names.is_empty());
+}

@@ -2,11 +2,13 @@
 //! automatic HTTP/1.1-or-h2 connections, and graceful shutdown.
 //!
 //! # Layout
+//! - [`access`]: the authentication and authorization filters (delegated to the cluster).
 //! - [`cert`]: the serving certificate (files reloaded on change, or self-signed in
 //!   `--cert-dir`).
 //! - [`router`]: the filter chain (the hook for authentication, authorization and load
 //!   shedding) and the routes.
 
+pub mod access;
 pub mod cert;
 pub mod router;
 

@@ -7,4 +7,5 @@ mod certs;
 mod health;
 mod http;
 mod metrics;
+mod security;
 mod support;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apiserver::config::Config;
-use apiserver::run::{Cluster, Setup};
+use apiserver::run::{Auth, Cluster, Setup};
 use apiserver::serve::Filter;
 use bytes::Bytes;
 use clap::Parser;
@@ -37,8 +37,9 @@ impl Running {
     }
 }
 
-/// Starts the server with a static (synced, empty) inventory, short timings and `args` after
-/// the defaults (a later flag wins), and waits until it answers.
+/// Starts the server with a static (synced, empty) inventory, short timings, authentication
+/// and authorization off, and `args` after the defaults (a later flag wins), and waits until
+/// it answers.
 pub(crate) async fn start(args: &[&str]) -> Running {
     start_with(args, Vec::new(), None).await
 }
@@ -48,6 +49,16 @@ pub(crate) async fn start_with(
     args: &[&str],
     filters: Vec<Arc<dyn Filter>>,
     tmp: Option<tempfile::TempDir>,
+) -> Running {
+    launch(args, filters, tmp, Auth::DisabledForTesting).await
+}
+
+/// [`start_with`] with a choice of authentication and authorization.
+pub(crate) async fn launch(
+    args: &[&str],
+    filters: Vec<Arc<dyn Filter>>,
+    tmp: Option<tempfile::TempDir>,
+    auth: Auth,
 ) -> Running {
     tls::provider::install_default();
     let tmp = tmp.unwrap_or_else(|| tempfile::tempdir().unwrap());
@@ -71,6 +82,7 @@ pub(crate) async fn start_with(
         cluster: Cluster::Static(Arc::new(Inventory::new())),
         cert_reload_interval: Duration::from_millis(200),
         drain_timeout: Duration::from_secs(5),
+        auth,
         filters,
     };
     let task = tokio::spawn(apiserver::run::run_with(config, setup, shutdown.clone()));

@@ -1,10 +1,301 @@
-//! `/stats/summary` parser (JSON). Owned by the parser work.
+//! `/stats/summary` parser: the kubelet's JSON stats (`k8s.io/kubelet/pkg/apis/stats/v1alpha1`).
+//!
+//! serde into borrowed structs that name only what a metrics server needs; every other field
+//! (network, fs, swap, psi, io, systemContainers, ...) is skipped. Every numeric field and
+//! every `cpu`/`memory` object may be absent or `null`. Mirrors the field choice of
+//! metrics-server v0.5's `pkg/scraper/client/summary` decoder, with presence kept explicit so
+//! the store decides what is valid.
 
-use super::ParseError;
-use crate::point::NodeScrape;
+use std::borrow::Cow;
+use std::fmt;
+
+use memchr::memchr;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+
+use super::{ParseError, ParseErrorKind};
+use crate::point::{ContainerSample, NodeScrape, Sample};
+
+#[cfg(test)]
+mod tests;
 
 /// Parses a `/stats/summary` body.
+///
+/// A sample's timestamp is its `cpu.time`, else its `memory.time`, else `request_time_ns`.
+/// A node whose CPU and memory values are all zero or absent (a known kubelet problem on
+/// some cgroup v2 hosts) yields `node: None`; its pods are still returned. Pods without a
+/// `podRef` name or namespace and containers without a name are skipped.
 pub fn parse(body: &[u8], request_time_ns: i64) -> Result<NodeScrape<'_>, ParseError> {
-    let _ = (body, request_time_ns);
-    Ok(NodeScrape::default())
+    // One UTF-8 check of the whole body is cheaper than serde_json's check of every string.
+    let text = std::str::from_utf8(body).map_err(|e| ParseError {
+        kind: ParseErrorKind::Utf8,
+        offset: e.valid_up_to(),
+    })?;
+    let summary: Summary<'_> = serde_json::from_str(text).map_err(|e| ParseError {
+        kind: ParseErrorKind::Json,
+        offset: offset_of(body, e.line(), e.column()),
+    })?;
+    let node = summary
+        .node
+        .map(|n| sample(n.cpu, n.memory, None, request_time_ns))
+        .filter(|s| {
+            s.cpu_usage_ns_total.unwrap_or(0) != 0
+                || s.cpu_nanocores.unwrap_or(0) != 0
+                || s.memory_working_set_bytes.unwrap_or(0) != 0
+        });
+    let pods = summary.pods.unwrap_or_default();
+    let count = pods
+        .iter()
+        .map(|p| p.containers.as_ref().map_or(0, Vec::len))
+        .sum();
+    let mut containers = Vec::with_capacity(count);
+    for pod in pods {
+        let Some(PodRef {
+            name: Some(Str(pod_name)),
+            namespace: Some(Str(namespace)),
+        }) = pod.pod_ref
+        else {
+            continue;
+        };
+        for c in pod.containers.unwrap_or_default() {
+            let Some(Str(name)) = c.name else {
+                continue;
+            };
+            containers.push(ContainerSample {
+                namespace: namespace.clone(),
+                pod: pod_name.clone(),
+                container: name,
+                sample: sample(c.cpu, c.memory, c.start_time, request_time_ns),
+            });
+        }
+    }
+    Ok(NodeScrape { node, containers })
+}
+
+fn sample(
+    cpu: Option<Cpu>,
+    memory: Option<Memory>,
+    start_time_ns: Option<i64>,
+    request_time_ns: i64,
+) -> Sample {
+    let cpu = cpu.unwrap_or_default();
+    let memory = memory.unwrap_or_default();
+    Sample {
+        timestamp_ns: cpu.time.or(memory.time).unwrap_or(request_time_ns),
+        cpu_usage_ns_total: cpu.usage_core_nano_seconds,
+        cpu_nanocores: cpu.usage_nano_cores,
+        memory_working_set_bytes: memory.working_set_bytes,
+        start_time_ns,
+    }
+}
+
+/// Turns serde_json's 1-based line and column into a byte offset into `body`.
+fn offset_of(body: &[u8], line: usize, column: usize) -> usize {
+    if line == 0 {
+        return body.len();
+    }
+    let mut line_start = 0;
+    for _ in 1..line {
+        match memchr(b'\n', &body[line_start..]) {
+            Some(i) => line_start += i + 1,
+            None => return body.len(),
+        }
+    }
+    (line_start + column.saturating_sub(1)).min(body.len())
+}
+
+#[derive(Deserialize)]
+struct Summary<'a> {
+    #[serde(default)]
+    node: Option<NodeStats>,
+    #[serde(borrow, default)]
+    pods: Option<Vec<PodStats<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct NodeStats {
+    #[serde(default)]
+    cpu: Option<Cpu>,
+    #[serde(default)]
+    memory: Option<Memory>,
+}
+
+#[derive(Deserialize)]
+struct PodStats<'a> {
+    #[serde(borrow, default, rename = "podRef")]
+    pod_ref: Option<PodRef<'a>>,
+    #[serde(borrow, default)]
+    containers: Option<Vec<ContainerStats<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct PodRef<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    namespace: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ContainerStats<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+    #[serde(default, rename = "startTime", deserialize_with = "time")]
+    start_time: Option<i64>,
+    #[serde(default)]
+    cpu: Option<Cpu>,
+    #[serde(default)]
+    memory: Option<Memory>,
+}
+
+/// `CPUStats`: `usageNanoCores` is the kubelet's own rate, `usageCoreNanoSeconds` the
+/// cumulative counter.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Cpu {
+    #[serde(default, deserialize_with = "time")]
+    time: Option<i64>,
+    #[serde(default)]
+    usage_nano_cores: Option<u64>,
+    #[serde(default)]
+    usage_core_nano_seconds: Option<u64>,
+}
+
+/// `MemoryStats`, only the working set.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Memory {
+    #[serde(default, deserialize_with = "time")]
+    time: Option<i64>,
+    #[serde(default)]
+    working_set_bytes: Option<u64>,
+}
+
+/// A JSON string borrowed from the body when it has no escapes (serde's `Cow` impl alone
+/// always copies).
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for StrVisitor<'a> {
+            type Value = Str<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(StrVisitor(std::marker::PhantomData))
+    }
+}
+
+/// A `metav1.Time` (RFC 3339, or `null`) as Unix ns.
+fn time<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    let Some(Str(s)) = Option::<Str<'_>>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    rfc3339_ns(&s)
+        .map(Some)
+        .ok_or_else(|| de::Error::custom("invalid or out of range RFC 3339 time"))
+}
+
+/// Parses an RFC 3339 date-time (`2023-11-10T06:20:52Z`, `...52.123456789+02:00`) into Unix
+/// nanoseconds, as Go's `time.Parse(time.RFC3339, s)` accepts it: fractional seconds of any
+/// length (digits past nanoseconds are truncated), `Z` or a `±hh:mm` offset, no leap second.
+/// `None` when malformed or outside the `i64` nanosecond range (years 1678 to 2262).
+pub fn rfc3339_ns(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let year = digits(&b[0..4])?;
+    let month = digits(&b[5..7])?;
+    let day = digits(&b[8..10])?;
+    let hour = digits(&b[11..13])?;
+    let minute = digits(&b[14..16])?;
+    let second = digits(&b[17..19])?;
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+
+    let mut pos = 19;
+    let mut frac_ns: i64 = 0;
+    if b[pos] == b'.' {
+        pos += 1;
+        let start = pos;
+        while pos < b.len() && b[pos].is_ascii_digit() {
+            if pos - start < 9 {
+                frac_ns = frac_ns * 10 + i64::from(b[pos] - b'0');
+            }
+            pos += 1;
+        }
+        let n = pos - start;
+        if n == 0 {
+            return None;
+        }
+        for _ in n..9 {
+            frac_ns *= 10;
+        }
+    }
+
+    let offset_s = match b.get(pos)? {
+        b'Z' | b'z' if pos + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if pos + 6 == b.len() && b[pos + 3] == b':' => {
+            let h = digits(&b[pos + 1..pos + 3])?;
+            let m = digits(&b[pos + 4..pos + 6])?;
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let off = h * 3600 + m * 60;
+            if *sign == b'-' { -off } else { off }
+        }
+        _ => return None,
+    };
+
+    let seconds =
+        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    seconds.checked_mul(1_000_000_000)?.checked_add(frac_ns)
+}
+
+fn digits(b: &[u8]) -> Option<i64> {
+    b.iter().try_fold(0i64, |acc, &d| {
+        d.is_ascii_digit().then(|| acc * 10 + i64::from(d - b'0'))
+    })
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }

@@ -171,13 +171,12 @@ async fn a_broken_configmap_update_keeps_the_previous_trust() {
 async fn client_ca_certificate_authenticates_as_cn_and_o() {
     let pki = Pki::new();
     let auth = offline(&pki.configmap()).await;
-    // One O only: rcgen's DistinguishedName keeps one value per attribute type.
-    let chain = client_cert(&pki.client, "jane", &["ops"]);
+    let chain = client_cert(&pki.client, "jane", &["ops", "dev"]);
     // Spoofed identity headers are ignored: the certificate is not the front proxy's.
     let mut h = headers(&[("X-Remote-User", "system:admin")]);
     let user = auth.authenticate(&mut h, Some(&chain)).await.expect("user");
     assert_eq!(user.name, "jane");
-    assert_eq!(user.groups, ["ops", "system:authenticated"]);
+    assert_eq!(user.groups, ["ops", "dev", "system:authenticated"]);
     assert!(!has_identity_headers(&h));
 }
 

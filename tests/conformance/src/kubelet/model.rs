@@ -142,6 +142,7 @@ impl SimNode {
     pub fn stats_at(&self, now_ms: i64) -> NodeStats {
         let mut node_cpu = self.system_cpu_cores * (now_ms - self.boot_ms).max(0) as f64 / 1000.0;
         let mut node_memory = self.system_memory_bytes;
+        let mut node_cores = self.system_cpu_cores;
         let pods = self
             .pods
             .iter()
@@ -156,6 +157,7 @@ impl SimNode {
                         let started = c.started_ms(now_ms)?;
                         let memory = c.memory_bytes(now_ms);
                         node_cpu += c.cpu_seconds_all(now_ms);
+                        node_cores += c.cpu_cores;
                         node_memory = node_memory.saturating_add(memory);
                         Some(ContainerStats {
                             name: c.name.clone(),
@@ -163,6 +165,7 @@ impl SimNode {
                             timestamp_ms: now_ms,
                             cpu_seconds_total: c.cpu_seconds(now_ms),
                             memory_working_set_bytes: memory,
+                            cpu_nanocores: Some((c.cpu_cores * 1e9) as u64),
                             terminated: false,
                         })
                     })
@@ -174,6 +177,8 @@ impl SimNode {
             timestamp_ms: now_ms,
             cpu_seconds_total: node_cpu,
             memory_working_set_bytes: node_memory,
+            start_time_s: self.boot_ms as f64 / 1000.0,
+            cpu_nanocores: Some((node_cores * 1e9) as u64),
             pods,
         }
     }

@@ -1,0 +1,120 @@
+//! Streaming list bodies: items are encoded lazily, about [`CHUNK_BYTES`] per frame, as the
+//! client reads, so a 150,000-pod list never exists as one buffer.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+
+use super::encode::Ctx;
+use crate::Body;
+
+/// Target size of one streamed frame.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Lists with at most this many items are encoded into one buffer (with a Content-Length).
+pub const BUFFERED_ITEMS: usize = 128;
+
+/// Writes one item.
+pub type WriteItem<T> = fn(&mut Vec<u8>, &Ctx, &T);
+
+/// A list: `head`, the items separated by commas, `tail`.
+pub struct ListBody<T> {
+    head: Vec<u8>,
+    items: Vec<T>,
+    next: usize,
+    tail: &'static [u8],
+    ctx: Ctx,
+    write: WriteItem<T>,
+    done: bool,
+}
+
+impl<T> std::fmt::Debug for ListBody<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListBody")
+            .field("items", &self.items.len())
+            .field("next", &self.next)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
+    /// A list body; `head` must end where the first item starts, `tail` closes the document.
+    pub fn new(
+        head: Vec<u8>,
+        items: Vec<T>,
+        tail: &'static [u8],
+        ctx: Ctx,
+        write: WriteItem<T>,
+    ) -> Self {
+        ListBody {
+            head,
+            items,
+            next: 0,
+            tail,
+            ctx,
+            write,
+            done: false,
+        }
+    }
+
+    /// Appends output to `out` until it reaches `target` bytes or the document ends.
+    fn fill(&mut self, out: &mut Vec<u8>, target: usize) {
+        if self.next == 0 && !self.head.is_empty() {
+            out.append(&mut self.head);
+        }
+        while self.next < self.items.len() && out.len() < target {
+            if self.next > 0 {
+                out.push(b',');
+            }
+            (self.write)(out, &self.ctx, &self.items[self.next]);
+            self.next += 1;
+        }
+        if self.next >= self.items.len() {
+            out.extend_from_slice(self.tail);
+            self.done = true;
+            // Release the item references as soon as everything is written.
+            self.items = Vec::new();
+        }
+    }
+
+    /// The response body: one buffer for short lists, a stream for long ones.
+    pub fn into_body(mut self) -> Body {
+        if self.items.len() <= BUFFERED_ITEMS {
+            let mut out = Vec::with_capacity(self.head.len() + self.items.len() * 512 + 8);
+            self.fill(&mut out, usize::MAX);
+            return crate::full(out);
+        }
+        self.boxed()
+    }
+}
+
+impl<T: Send + Sync + Unpin + 'static> HttpBody for ListBody<T> {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let mut out = Vec::with_capacity(CHUNK_BYTES + 4096);
+        this.fill(&mut out, CHUNK_BYTES);
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}

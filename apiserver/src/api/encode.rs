@@ -1,0 +1,293 @@
+//! NodeMetrics / PodMetrics writers, byte-compatible with metrics-server's JSON
+//! (`encoding/json` of `k8s.io/metrics` v1beta1 types: field order of the Go structs, maps with
+//! sorted keys, `omitempty` where Go has it).
+
+use std::sync::Arc;
+
+use scraper::inventory::{Labels, NodeRecord, PodRecord};
+use scraper::point::{PodUsage, Usage};
+
+use super::json::write_str;
+use super::quantity::{
+    go_uint64, write_cpu, write_cpu_nanocores, write_memory, write_memory_bytes,
+};
+use super::time::{write_go_duration, write_rfc3339};
+
+/// A node that has usage, ready to encode.
+#[derive(Clone, Debug)]
+pub struct NodeItem {
+    /// The node (name, labels).
+    pub record: Arc<NodeRecord>,
+    /// Its usage.
+    pub usage: Usage,
+}
+
+/// A pod that has usage, ready to encode.
+#[derive(Clone, Debug)]
+pub struct PodItem {
+    /// The pod (namespace, name, labels).
+    pub record: Arc<PodRecord>,
+    /// Its usage.
+    pub usage: Arc<PodUsage>,
+}
+
+/// What the row object of a Table holds (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Include {
+    /// `None`: `"object":null`.
+    None,
+    /// `Metadata` (the default): a `PartialObjectMetadata`.
+    Metadata,
+    /// `Object`: the full NodeMetrics / PodMetrics.
+    Object,
+}
+
+/// Per-response constants.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// `metrics.k8s.io/v1` or `metrics.k8s.io/v1beta1`.
+    pub api_version: &'static str,
+    /// `"<RFC 3339>"` of the response time, quotes included (`creationTimestamp`).
+    pub creation: Vec<u8>,
+    /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`: Table and PartialObjectMetadata version.
+    pub meta_api_version: &'static str,
+    /// Table rows: what `object` holds.
+    pub include: Include,
+    /// Table: whether the cpu and memory columns exist (metrics-server derives the columns
+    /// from the first item's usage keys; a first pod without containers has none).
+    pub usage_columns: bool,
+}
+
+impl Ctx {
+    /// Constants for a response at `now_ns`.
+    pub fn new(api_version: &'static str, now_ns: i64) -> Self {
+        let mut creation = Vec::with_capacity(22);
+        creation.push(b'"');
+        write_rfc3339(&mut creation, now_ns);
+        creation.push(b'"');
+        Ctx {
+            api_version,
+            creation,
+            meta_api_version: "meta.k8s.io/v1",
+            include: Include::Metadata,
+            usage_columns: true,
+        }
+    }
+}
+
+/// `ObjectMeta` with the fields metrics-server fills: name, namespace, creationTimestamp,
+/// labels (omitted when empty), in Go's struct order.
+pub fn write_meta(
+    out: &mut Vec<u8>,
+    ctx: &Ctx,
+    name: &str,
+    namespace: Option<&str>,
+    labels: &Labels,
+) {
+    out.extend_from_slice(b"{\"name\":");
+    write_str(out, name);
+    if let Some(ns) = namespace {
+        out.extend_from_slice(b",\"namespace\":");
+        write_str(out, ns);
+    }
+    out.extend_from_slice(b",\"creationTimestamp\":");
+    out.extend_from_slice(&ctx.creation);
+    if !labels.is_empty() {
+        out.extend_from_slice(b",\"labels\":{");
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_str(out, k);
+            out.push(b':');
+            write_str(out, v);
+        }
+        out.push(b'}');
+    }
+    out.push(b'}');
+}
+
+fn write_time_window(out: &mut Vec<u8>, timestamp_ns: i64, window_ns: i64) {
+    out.extend_from_slice(b",\"timestamp\":\"");
+    write_rfc3339(out, timestamp_ns);
+    out.extend_from_slice(b"\",\"window\":\"");
+    write_go_duration(out, window_ns);
+    out.push(b'"');
+}
+
+fn write_usage(out: &mut Vec<u8>, cpu_nanocores: u64, memory_bytes: u64) {
+    out.extend_from_slice(b"{\"cpu\":\"");
+    write_cpu(out, cpu_nanocores);
+    out.extend_from_slice(b"\",\"memory\":\"");
+    write_memory(out, memory_bytes);
+    out.extend_from_slice(b"\"}");
+}
+
+fn write_type_meta(out: &mut Vec<u8>, kind: &str, api_version: &str) {
+    out.extend_from_slice(b"\"kind\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"apiVersion\":\"");
+    out.extend_from_slice(api_version.as_bytes());
+    out.extend_from_slice(b"\",");
+}
+
+/// A NodeMetrics object; `type_meta` adds kind/apiVersion (single objects, not list items).
+pub fn write_node(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem, type_meta: bool) {
+    out.push(b'{');
+    if type_meta {
+        write_type_meta(out, "NodeMetrics", ctx.api_version);
+    }
+    out.extend_from_slice(b"\"metadata\":");
+    write_meta(
+        out,
+        ctx,
+        item.record.name.as_str(),
+        None,
+        &item.record.labels,
+    );
+    write_time_window(out, item.usage.timestamp_ns, item.usage.window_ns);
+    out.extend_from_slice(b",\"usage\":");
+    write_usage(out, item.usage.cpu_nanocores, item.usage.memory_bytes);
+    out.push(b'}');
+}
+
+/// A PodMetrics object; `type_meta` adds kind/apiVersion (single objects, not list items).
+pub fn write_pod(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem, type_meta: bool) {
+    out.push(b'{');
+    if type_meta {
+        write_type_meta(out, "PodMetrics", ctx.api_version);
+    }
+    out.extend_from_slice(b"\"metadata\":");
+    let key = &item.record.key;
+    write_meta(
+        out,
+        ctx,
+        &key.name,
+        Some(&key.namespace),
+        &item.record.labels,
+    );
+    write_time_window(out, item.usage.timestamp_ns, item.usage.window_ns);
+    out.extend_from_slice(b",\"containers\":[");
+    for (i, c) in item.usage.containers.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        write_str(out, &c.name);
+        out.extend_from_slice(b",\"usage\":");
+        write_usage(out, c.cpu_nanocores, c.memory_bytes);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// A `PartialObjectMetadata` of the object.
+fn write_partial(
+    out: &mut Vec<u8>,
+    ctx: &Ctx,
+    name: &str,
+    namespace: Option<&str>,
+    labels: &Labels,
+) {
+    out.push(b'{');
+    write_type_meta(out, "PartialObjectMetadata", ctx.meta_api_version);
+    out.extend_from_slice(b"\"metadata\":");
+    write_meta(out, ctx, name, namespace, labels);
+    out.push(b'}');
+}
+
+/// PartialObjectMetadata of a node (`as=PartialObjectMetadata[List]`).
+pub fn write_node_partial(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
+    write_partial(
+        out,
+        ctx,
+        item.record.name.as_str(),
+        None,
+        &item.record.labels,
+    );
+}
+
+/// PartialObjectMetadata of a pod (`as=PartialObjectMetadata[List]`).
+pub fn write_pod_partial(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
+    let key = &item.record.key;
+    write_partial(
+        out,
+        ctx,
+        &key.name,
+        Some(&key.namespace),
+        &item.record.labels,
+    );
+}
+
+/// Table column definitions of metrics-server's `pkg/api/table.go`: Name, the sorted usage
+/// keys, Window.
+pub fn write_table_columns(out: &mut Vec<u8>, usage_columns: bool) {
+    out.extend_from_slice(b"[{\"name\":\"Name\",\"type\":\"string\",\"format\":\"name\",\"description\":\"Name of the resource\",\"priority\":0},");
+    if usage_columns {
+        out.extend_from_slice(b"{\"name\":\"cpu\",\"type\":\"string\",\"format\":\"quantity\",\"description\":\"\",\"priority\":0},");
+        out.extend_from_slice(b"{\"name\":\"memory\",\"type\":\"string\",\"format\":\"quantity\",\"description\":\"\",\"priority\":0},");
+    }
+    out.extend_from_slice(b"{\"name\":\"Window\",\"type\":\"string\",\"format\":\"duration\",\"description\":\"\",\"priority\":0}]");
+}
+
+fn write_row_start(out: &mut Vec<u8>, ctx: &Ctx, name: &str) {
+    out.extend_from_slice(b"{\"cells\":[");
+    write_str(out, name);
+    out.push(b',');
+    if ctx.usage_columns {
+        out.push(b'"');
+    }
+}
+
+fn write_row_end(out: &mut Vec<u8>, ctx: &Ctx, window_ns: i64) {
+    if ctx.usage_columns {
+        out.extend_from_slice(b"\",");
+    }
+    out.push(b'"');
+    write_go_duration(out, window_ns);
+    out.extend_from_slice(b"\"],\"object\":");
+}
+
+/// A Table row for a node: cells `[name, cpu, memory, window]` and the object.
+pub fn write_node_row(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
+    write_row_start(out, ctx, item.record.name.as_str());
+    if ctx.usage_columns {
+        write_cpu(out, item.usage.cpu_nanocores);
+        out.extend_from_slice(b"\",\"");
+        write_memory(out, item.usage.memory_bytes);
+    }
+    write_row_end(out, ctx, item.usage.window_ns);
+    match ctx.include {
+        Include::None => out.extend_from_slice(b"null"),
+        Include::Metadata => write_node_partial(out, ctx, item),
+        Include::Object => write_node(out, ctx, item, true),
+    }
+    out.push(b'}');
+}
+
+/// A Table row for a pod: usage summed over containers (`Quantity.Add`, exact).
+pub fn write_pod_row(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
+    write_row_start(out, ctx, &item.record.key.name);
+    if ctx.usage_columns {
+        let (cpu, memory) = item
+            .usage
+            .containers
+            .iter()
+            .fold((0u128, 0u128), |(c, m), x| {
+                (
+                    c + go_uint64(x.cpu_nanocores),
+                    m + go_uint64(x.memory_bytes),
+                )
+            });
+        write_cpu_nanocores(out, cpu);
+        out.extend_from_slice(b"\",\"");
+        write_memory_bytes(out, memory);
+    }
+    write_row_end(out, ctx, item.usage.window_ns);
+    match ctx.include {
+        Include::None => out.extend_from_slice(b"null"),
+        Include::Metadata => write_pod_partial(out, ctx, item),
+        Include::Object => write_pod(out, ctx, item, true),
+    }
+    out.push(b'}');
+}

@@ -1,0 +1,285 @@
+//! Go `resource.Quantity` canonical strings (`Quantity.String()`, apimachinery
+//! `CanonicalizeBytes`) for the two quantities the API serves, written without allocation.
+//!
+//! metrics-server builds them with `uint64Quantity` (`pkg/storage/types.go`): CPU as nanocores
+//! at scale -9 in DecimalSI, memory as bytes at scale 0 in BinarySI. Values above
+//! `i64::MAX` lose their last decimal digit (`NewScaledQuantity(val/10, scale+1)`).
+
+/// Decimal SI suffixes by exponent / 3, from 10^-9 (`n`) to 10^18 (`E`).
+const DECIMAL_SUFFIXES: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
+/// Binary SI suffixes by power of 1024.
+const BINARY_SUFFIXES: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+
+/// The value `uint64Quantity` keeps: exact up to `i64::MAX`, one decimal digit dropped above.
+pub fn go_uint64(value: u64) -> u128 {
+    if value > i64::MAX as u64 {
+        u128::from(value / 10) * 10
+    } else {
+        u128::from(value)
+    }
+}
+
+/// Writes CPU usage given in nanocores (already passed through [`go_uint64`], or a sum of such
+/// values) in canonical DecimalSI form: `4710169n`, `12345u`, `5m`, `1`, `2500m`, `0`.
+pub fn write_cpu_nanocores(out: &mut Vec<u8>, nanocores: u128) {
+    write_decimal_si(out, nanocores, -9);
+}
+
+/// Writes memory given in bytes (already passed through [`go_uint64`], or a sum) in canonical
+/// BinarySI form: `12240Ki`, `3Mi`, `12533761`, and DecimalSI below 1024 (`1k`, `512`).
+pub fn write_memory_bytes(out: &mut Vec<u8>, bytes: u128) {
+    if bytes < 1024 {
+        write_decimal_si(out, bytes, 0);
+        return;
+    }
+    let mut amount = bytes;
+    let mut power = 0;
+    while amount.is_multiple_of(1024) && power < BINARY_SUFFIXES.len() - 1 {
+        amount >>= 10;
+        power += 1;
+    }
+    write_u128(out, amount);
+    out.extend_from_slice(BINARY_SUFFIXES[power].as_bytes());
+}
+
+/// CPU from a raw `u64` count of nanocores, as metrics-server's `uint64Quantity`.
+pub fn write_cpu(out: &mut Vec<u8>, nanocores: u64) {
+    write_cpu_nanocores(out, go_uint64(nanocores));
+}
+
+/// Memory from a raw `u64` count of bytes, as metrics-server's `uint64Quantity`.
+pub fn write_memory(out: &mut Vec<u8>, bytes: u64) {
+    write_memory_bytes(out, go_uint64(bytes));
+}
+
+/// `int64Amount.AsCanonicalBytes` + the DecimalSI suffix: strip factors of ten into the
+/// exponent, then bring the exponent down to a multiple of three.
+fn write_decimal_si(out: &mut Vec<u8>, mantissa: u128, scale: i32) {
+    // The common case stays in u64 arithmetic (u128 division is a library call).
+    if let Ok(m) = u64::try_from(mantissa)
+        && m <= u64::MAX / 100
+    {
+        write_decimal_si_u64(out, m, scale);
+        return;
+    }
+    if mantissa == 0 {
+        out.push(b'0');
+        return;
+    }
+    let mut amount = mantissa;
+    let mut exponent = scale;
+    while amount.is_multiple_of(10) {
+        amount /= 10;
+        exponent += 1;
+    }
+    match exponent.rem_euclid(3) {
+        1 => {
+            amount *= 10;
+            exponent -= 1;
+        }
+        2 => {
+            amount *= 100;
+            exponent -= 2;
+        }
+        _ => {}
+    }
+    // Beyond `E` Go has no suffix; our inputs (< 2^64 nanocores or bytes) never get there,
+    // but stay exact anyway by writing the zeros out.
+    while exponent > 18 {
+        amount *= 1000;
+        exponent -= 3;
+    }
+    write_u128(out, amount);
+    let index = (exponent / 3 + 3) as usize;
+    if let Some(suffix) = DECIMAL_SUFFIXES.get(index) {
+        out.extend_from_slice(suffix.as_bytes());
+    }
+}
+
+/// [`write_decimal_si`] for mantissas up to `u64::MAX / 100` (the x100 cannot overflow).
+fn write_decimal_si_u64(out: &mut Vec<u8>, mantissa: u64, scale: i32) {
+    if mantissa == 0 {
+        out.push(b'0');
+        return;
+    }
+    let mut amount = mantissa;
+    let mut exponent = scale;
+    while amount.is_multiple_of(10) {
+        amount /= 10;
+        exponent += 1;
+    }
+    match exponent.rem_euclid(3) {
+        1 => {
+            amount *= 10;
+            exponent -= 1;
+        }
+        2 => {
+            amount *= 100;
+            exponent -= 2;
+        }
+        _ => {}
+    }
+    write_u64(out, amount);
+    // Exponents stay within -9..=18 for these inputs.
+    let index = (exponent / 3 + 3) as usize;
+    if let Some(suffix) = DECIMAL_SUFFIXES.get(index) {
+        out.extend_from_slice(suffix.as_bytes());
+    }
+}
+
+/// Decimal digits of `v`.
+pub fn write_u128(out: &mut Vec<u8>, v: u128) {
+    if let Ok(small) = u64::try_from(v) {
+        write_u64(out, small);
+        return;
+    }
+    let mut v = v;
+    let mut buf = [0u8; 40];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Decimal digits of `v`, two at a time.
+pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    while v >= 100 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if v >= 10 {
+        let pair = v as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        i -= 1;
+        buf[i] = b'0' + v as u8;
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn cpu(v: u64) -> String {
+        let mut out = Vec::new();
+        write_cpu(&mut out, v);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn mem(v: u64) -> String {
+        let mut out = Vec::new();
+        write_memory(&mut out, v);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// metrics-server.md §2.3, §4.8 and apimachinery canonicalization edge cases.
+    #[test]
+    fn cpu_matches_go_decimal_si() {
+        let cases: &[(u64, &str)] = &[
+            (0, "0"),
+            (1, "1n"),
+            (10, "10n"),
+            (100, "100n"),
+            (1000, "1u"),
+            (4710169, "4710169n"),
+            (12345000, "12345u"),
+            (5000000, "5m"),
+            (1000000000, "1"),
+            (500000000, "500m"),
+            (2500000000, "2500m"),
+            (20000, "20u"),
+            (167390565, "167390565n"),
+            (7338891, "7338891n"),
+            (10000000000, "10"),
+            (100000000000, "100"),
+            (1000000000000, "1k"),
+            (1500000000000, "1500"),
+            (1234567890123, "1234567890123n"),
+            (1000000000000000000, "1G"),
+            (i64::MAX as u64, "9223372036854775807n"),
+            // Above i64::MAX one digit is dropped: MaxInt64+10 -> (MaxInt64/10+1) x 10^-8.
+            (i64::MAX as u64 + 10, "9223372036854775810n"),
+            (1u64 << 63, "9223372036854775800n"),
+            (u64::MAX, "18446744073709551610n"),
+            (10000000000000000000, "10G"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(cpu(*v), *want, "cpu {v}");
+        }
+    }
+
+    #[test]
+    fn memory_matches_go_binary_si() {
+        let cases: &[(u64, &str)] = &[
+            (0, "0"),
+            (1, "1"),
+            (512, "512"),
+            (600, "600"),
+            (1000, "1k"),
+            (1023, "1023"),
+            (1024, "1Ki"),
+            (1025, "1025"),
+            (2000, "2000"),
+            (12533760, "12240Ki"),
+            (12533761, "12533761"),
+            (3145728, "3Mi"),
+            (5 << 20, "5Mi"),
+            (4 << 20, "4Mi"),
+            (1616273408, "1578392Ki"),
+            (1731416064, "1690836Ki"),
+            (14868480, "14520Ki"),
+            (1 << 30, "1Gi"),
+            (1 << 40, "1Ti"),
+            (1 << 50, "1Pi"),
+            (1 << 60, "1Ei"),
+            (3 << 60, "3Ei"),
+            (i64::MAX as u64, "9223372036854775807"),
+            (1u64 << 63, "9223372036854775800"),
+            (u64::MAX, "18446744073709551610"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(mem(*v), *want, "memory {v}");
+        }
+    }
+
+    #[test]
+    fn integer_writers() {
+        for v in [0u64, 7, 10, 99, 100, 101, 12345, 1_000_000, u64::MAX] {
+            let mut out = Vec::new();
+            write_u64(&mut out, v);
+            assert_eq!(out, v.to_string().as_bytes());
+            out.clear();
+            write_u128(&mut out, u128::from(v) * 1000 + 7);
+            assert_eq!(out, (u128::from(v) * 1000 + 7).to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn sums_above_u64_stay_exact() {
+        let mut out = Vec::new();
+        write_cpu_nanocores(&mut out, u128::from(u64::MAX) * 3);
+        assert_eq!(out, b"55340232221128654845n");
+        out.clear();
+        write_memory_bytes(&mut out, 1u128 << 70);
+        assert_eq!(out, b"1024Ei");
+    }
+}

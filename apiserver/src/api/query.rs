@@ -1,0 +1,112 @@
+//! Query string access as Go's `url.ParseQuery` + `Values.Get` see it: `&`-separated pairs,
+//! `+` is a space, percent escapes decoded, pairs with `;` or bad escapes dropped, the first
+//! value of a key wins.
+
+use std::borrow::Cow;
+
+/// The first value of `key` in the raw query string.
+pub fn get<'a>(query: Option<&'a str>, key: &str) -> Option<Cow<'a, str>> {
+    let query = query?;
+    for pair in query.split('&') {
+        if pair.is_empty() || pair.contains(';') {
+            continue;
+        }
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let Some(k) = unescape(k) else {
+            continue;
+        };
+        if k != key {
+            continue;
+        }
+        if let Some(v) = unescape(v) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// `url.QueryUnescape`; `None` on a malformed escape.
+pub fn unescape(s: &str) -> Option<Cow<'_, str>> {
+    decode(s, true)
+}
+
+/// `url.PathUnescape` of one segment; `None` on a malformed escape.
+pub fn unescape_path(s: &str) -> Option<Cow<'_, str>> {
+    decode(s, false)
+}
+
+fn decode(s: &str, plus_is_space: bool) -> Option<Cow<'_, str>> {
+    if !s.contains(['%', '+']) {
+        return Some(Cow::Borrowed(s));
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hi = hex(*b.get(i + 1)?)?;
+                let lo = hex(*b.get(i + 2)?)?;
+                out.push(hi << 4 | lo);
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Go's `Convert_Slice_string_To_bool`: present and not `0`/`false` (any case) is true.
+pub fn flag(query: Option<&str>, key: &str) -> bool {
+    match get(query, key) {
+        None => false,
+        Some(v) => !(v == "0" || v.eq_ignore_ascii_case("false")),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_like_go() {
+        let q = Some("labelSelector=app%3Dweb%2Ctier+in+(a%2Cb)&x=1&x=2&bad=%zz&watch");
+        assert_eq!(
+            get(q, "labelSelector").as_deref(),
+            Some("app=web,tier in (a,b)")
+        );
+        assert_eq!(get(q, "x").as_deref(), Some("1"));
+        assert_eq!(get(q, "bad"), None);
+        assert_eq!(get(q, "watch").as_deref(), Some(""));
+        assert_eq!(get(None, "x"), None);
+        assert_eq!(get(Some("a;b=c"), "a;b"), None);
+    }
+
+    #[test]
+    fn watch_flag() {
+        assert!(flag(Some("watch=true"), "watch"));
+        assert!(flag(Some("watch=1"), "watch"));
+        assert!(flag(Some("watch"), "watch"));
+        assert!(!flag(Some("watch=false"), "watch"));
+        assert!(!flag(Some("watch=FALSE"), "watch"));
+        assert!(!flag(Some("watch=0"), "watch"));
+        assert!(!flag(Some("x=1"), "watch"));
+    }
+}

@@ -1,0 +1,1053 @@
+//! Handler tests without sockets: `Handler::handle` over an in-memory [`Source`].
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body::Body as _;
+use prometheus_client::registry::Registry;
+use scraper::inventory::{Labels, NodeRecord, PodRecord};
+use scraper::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
+use scraper::selector::LabelSelector;
+
+use super::*;
+
+const S: i64 = 1_000_000_000;
+/// 2024-05-13T14:46:48Z
+const NOW: i64 = 1_715_611_608 * S;
+/// 2024-05-13T14:46:35Z
+const TS: i64 = 1_715_611_595 * S;
+
+type PodEntry = (Arc<PodRecord>, Option<Arc<PodUsage>>);
+
+#[derive(Default)]
+pub(crate) struct Fake {
+    pub nodes: BTreeMap<String, (Arc<NodeRecord>, Option<Usage>)>,
+    pub pods: BTreeMap<(String, String), PodEntry>,
+    /// Hand records out in reverse order, to prove the API sorts.
+    pub reverse: bool,
+}
+
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> Labels {
+    let mut v: Vec<(Arc<str>, Arc<str>)> = pairs
+        .iter()
+        .map(|(k, v)| (Arc::from(*k), Arc::from(*v)))
+        .collect();
+    v.sort();
+    Labels(v.into())
+}
+
+impl Fake {
+    pub(crate) fn add_node(&mut self, name: &str, l: &[(&str, &str)], usage: Option<Usage>) {
+        let record = NodeRecord {
+            name: NodeName::from(name),
+            labels: labels(l),
+            addresses: Vec::new(),
+            kubelet_port: None,
+            metrics_path: None,
+        };
+        self.nodes
+            .insert(name.to_owned(), (Arc::new(record), usage));
+    }
+
+    pub(crate) fn add_pod(
+        &mut self,
+        ns: &str,
+        name: &str,
+        l: &[(&str, &str)],
+        containers: Option<&[(&str, u64, u64)]>,
+    ) {
+        let record = PodRecord {
+            key: PodKey::new(ns, name),
+            labels: labels(l),
+            node_name: Some(NodeName::from("n1")),
+        };
+        let usage = containers.map(|cs| {
+            Arc::new(PodUsage {
+                node: NodeName::from("n1"),
+                timestamp_ns: TS,
+                window_ns: 15_012_000_000,
+                containers: cs
+                    .iter()
+                    .map(|(n, cpu, mem)| ContainerUsage {
+                        name: Arc::from(*n),
+                        cpu_nanocores: *cpu,
+                        memory_bytes: *mem,
+                    })
+                    .collect(),
+            })
+        });
+        self.pods
+            .insert((ns.to_owned(), name.to_owned()), (Arc::new(record), usage));
+    }
+}
+
+impl Source for Fake {
+    fn nodes(&self) -> Vec<Arc<NodeRecord>> {
+        let mut v: Vec<_> = self.nodes.values().map(|(r, _)| Arc::clone(r)).collect();
+        if self.reverse {
+            v.reverse();
+        }
+        v
+    }
+    fn node(&self, name: &str) -> Option<Arc<NodeRecord>> {
+        self.nodes.get(name).map(|(r, _)| Arc::clone(r))
+    }
+    fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>> {
+        let mut v: Vec<_> = self
+            .pods
+            .iter()
+            .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+            .map(|(_, (r, _))| Arc::clone(r))
+            .collect();
+        if self.reverse {
+            v.reverse();
+        }
+        v
+    }
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        self.pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|(r, _)| Arc::clone(r))
+    }
+    fn node_usage(&self, name: &str, _now_ns: i64) -> Option<Usage> {
+        self.nodes.get(name).and_then(|(_, u)| *u)
+    }
+    fn pod_usage(&self, namespace: &str, name: &str, _now_ns: i64) -> Option<Arc<PodUsage>> {
+        self.pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .and_then(|(_, u)| u.clone())
+    }
+}
+
+fn usage(cpu: u64, mem: u64) -> Usage {
+    Usage {
+        timestamp_ns: TS,
+        window_ns: 20_034_000_000,
+        cpu_nanocores: cpu,
+        memory_bytes: mem,
+    }
+}
+
+/// Two nodes with data, one without; pods in two namespaces, one without data.
+fn cluster() -> Fake {
+    let mut f = Fake {
+        reverse: true,
+        ..Fake::default()
+    };
+    f.add_node(
+        "k8s-master",
+        &[
+            ("kubernetes.io/os", "linux"),
+            ("kubernetes.io/hostname", "k8s-master"),
+        ],
+        Some(usage(167_390_565, 1_731_416_064)),
+    );
+    f.add_node(
+        "worker-1",
+        &[("role", "worker")],
+        Some(usage(5_000_000, 3_145_728)),
+    );
+    f.add_node("worker-2", &[("role", "worker")], None);
+    f.add_pod(
+        "default",
+        "busybox",
+        &[("app", "busybox")],
+        Some(&[("busybox", 0, 348_160)]),
+    );
+    f.add_pod(
+        "kube-system",
+        "coredns",
+        &[("k8s-app", "kube-dns")],
+        Some(&[
+            ("coredns", 7_338_891, 14_868_480),
+            ("a-sidecar", 12_345_000, 1000),
+        ]),
+    );
+    f.add_pod("kube-system", "pending", &[], None);
+    f
+}
+
+fn handler_with(f: Fake, node_selector: &str) -> (Handler<Fake>, Registry) {
+    let mut registry = Registry::default();
+    let sel = LabelSelector::parse(node_selector).unwrap();
+    let h = Handler::new(f, sel, &mut registry);
+    (h, registry)
+}
+
+fn handler() -> Handler<Fake> {
+    handler_with(cluster(), "").0
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    frames: usize,
+    largest_frame: usize,
+}
+
+impl Reply {
+    fn text(&self) -> &str {
+        std::str::from_utf8(&self.body).unwrap()
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap())
+            .unwrap_or("")
+    }
+}
+
+/// Drains a body: every body here is ready at once (buffered, or encoded on poll).
+fn collect(mut body: Body) -> (Vec<u8>, usize, usize) {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let (mut out, mut frames, mut largest) = (Vec::new(), 0, 0);
+    loop {
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    frames += 1;
+                    largest = largest.max(data.len());
+                    out.extend_from_slice(&data);
+                }
+            }
+            Poll::Ready(None) => return (out, frames, largest),
+            Poll::Ready(Some(Err(e))) => match e {},
+            Poll::Pending => panic!("body not ready"),
+        }
+    }
+}
+
+fn call<S: Source>(
+    h: &Handler<S>,
+    method: Method,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> Option<Reply> {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let (parts, ()) = req.body(()).unwrap().into_parts();
+    let resp = h.handle(&parts, NOW)?;
+    let (rparts, body) = resp.into_parts();
+    let (body, frames, largest_frame) = collect(body);
+    Some(Reply {
+        status: rparts.status,
+        headers: rparts.headers,
+        body,
+        frames,
+        largest_frame,
+    })
+}
+
+fn get<S: Source>(h: &Handler<S>, uri: &str) -> Reply {
+    call(h, Method::GET, uri, &[]).unwrap()
+}
+
+fn get_with<S: Source>(h: &Handler<S>, uri: &str, accept: &str) -> Reply {
+    call(h, Method::GET, uri, &[("accept", accept)]).unwrap()
+}
+
+const MASTER: &str = r#"{"metadata":{"name":"k8s-master","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"kubernetes.io/hostname":"k8s-master","kubernetes.io/os":"linux"}},"timestamp":"2024-05-13T14:46:35Z","window":"20.034s","usage":{"cpu":"167390565n","memory":"1690836Ki"}}"#;
+const WORKER1: &str = r#"{"metadata":{"name":"worker-1","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"role":"worker"}},"timestamp":"2024-05-13T14:46:35Z","window":"20.034s","usage":{"cpu":"5m","memory":"3Mi"}}"#;
+const BUSYBOX: &str = r#"{"metadata":{"name":"busybox","namespace":"default","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"app":"busybox"}},"timestamp":"2024-05-13T14:46:35Z","window":"15.012s","containers":[{"name":"busybox","usage":{"cpu":"0","memory":"340Ki"}}]}"#;
+const COREDNS: &str = r#"{"metadata":{"name":"coredns","namespace":"kube-system","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"k8s-app":"kube-dns"}},"timestamp":"2024-05-13T14:46:35Z","window":"15.012s","containers":[{"name":"coredns","usage":{"cpu":"7338891n","memory":"14520Ki"}},{"name":"a-sidecar","usage":{"cpu":"12345u","memory":"1k"}}]}"#;
+
+fn with_type(kind: &str, v: &str, obj: &str) -> String {
+    format!(
+        "{{\"kind\":\"{kind}\",\"apiVersion\":\"metrics.k8s.io/{v}\",{}",
+        &obj[1..]
+    )
+}
+
+#[test]
+fn node_list_golden_both_versions() {
+    let h = handler();
+    for v in ["v1", "v1beta1"] {
+        let r = get(&h, &format!("/apis/metrics.k8s.io/{v}/nodes"));
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), "application/json");
+        assert_eq!(
+            r.text(),
+            format!(
+                "{{\"kind\":\"NodeMetricsList\",\"apiVersion\":\"metrics.k8s.io/{v}\",\"metadata\":{{}},\"items\":[{MASTER},{WORKER1}]}}\n"
+            )
+        );
+    }
+}
+
+#[test]
+fn node_get_golden_both_versions() {
+    let h = handler();
+    for v in ["v1", "v1beta1"] {
+        let r = get(&h, &format!("/apis/metrics.k8s.io/{v}/nodes/worker-1"));
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.text(),
+            format!("{}\n", with_type("NodeMetrics", v, WORKER1))
+        );
+        // Trailing slash is the same route.
+        let r2 = get(&h, &format!("/apis/metrics.k8s.io/{v}/nodes/worker-1/"));
+        assert_eq!(r2.body, r.body);
+    }
+}
+
+#[test]
+fn pod_lists_and_get_golden_both_versions() {
+    let h = handler();
+    for v in ["v1", "v1beta1"] {
+        let all = get(&h, &format!("/apis/metrics.k8s.io/{v}/pods"));
+        assert_eq!(
+            all.text(),
+            format!(
+                "{{\"kind\":\"PodMetricsList\",\"apiVersion\":\"metrics.k8s.io/{v}\",\"metadata\":{{}},\"items\":[{BUSYBOX},{COREDNS}]}}\n"
+            )
+        );
+        let ns = get(
+            &h,
+            &format!("/apis/metrics.k8s.io/{v}/namespaces/kube-system/pods"),
+        );
+        assert_eq!(
+            ns.text(),
+            format!(
+                "{{\"kind\":\"PodMetricsList\",\"apiVersion\":\"metrics.k8s.io/{v}\",\"metadata\":{{}},\"items\":[{COREDNS}]}}\n"
+            )
+        );
+        let empty = get(
+            &h,
+            &format!("/apis/metrics.k8s.io/{v}/namespaces/nope/pods"),
+        );
+        assert_eq!(
+            empty.text(),
+            format!(
+                "{{\"kind\":\"PodMetricsList\",\"apiVersion\":\"metrics.k8s.io/{v}\",\"metadata\":{{}},\"items\":[]}}\n"
+            )
+        );
+        let one = get(
+            &h,
+            &format!("/apis/metrics.k8s.io/{v}/namespaces/default/pods/busybox"),
+        );
+        assert_eq!(
+            one.text(),
+            format!("{}\n", with_type("PodMetrics", v, BUSYBOX))
+        );
+    }
+}
+
+#[test]
+fn labels_are_omitted_when_empty() {
+    let mut f = Fake::default();
+    f.add_node("bare", &[], Some(usage(1_000_000_000, 1024)));
+    let h = handler_with(f, "").0;
+    let r = get(&h, "/apis/metrics.k8s.io/v1/nodes/bare");
+    assert_eq!(
+        r.text(),
+        "{\"kind\":\"NodeMetrics\",\"apiVersion\":\"metrics.k8s.io/v1\",\"metadata\":{\"name\":\"bare\",\"creationTimestamp\":\"2024-05-13T14:46:48Z\"},\"timestamp\":\"2024-05-13T14:46:35Z\",\"window\":\"20.034s\",\"usage\":{\"cpu\":\"1\",\"memory\":\"1Ki\"}}\n"
+    );
+}
+
+fn status_json(message: &str, reason: &str, details: &str, code: u16) -> String {
+    format!(
+        "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\"message\":{},\"reason\":\"{reason}\",{details}\"code\":{code}}}",
+        serde_json::to_string(message).unwrap()
+    )
+}
+
+#[test]
+fn not_found_bodies() {
+    let h = handler();
+    let r = get(&h, "/apis/metrics.k8s.io/v1beta1/nodes/ghost");
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.text(),
+        status_json(
+            "node \"ghost\" not found",
+            "NotFound",
+            "\"details\":{\"name\":\"ghost\",\"kind\":\"node\"},",
+            404
+        )
+    );
+    let r = get(&h, "/apis/metrics.k8s.io/v1/nodes/worker-2");
+    assert_eq!(
+        r.text(),
+        status_json(
+            "nodemetrics.metrics.k8s.io \"worker-2\" not found",
+            "NotFound",
+            "\"details\":{\"name\":\"worker-2\",\"group\":\"metrics.k8s.io\",\"kind\":\"nodemetrics\"},",
+            404
+        )
+    );
+    let r = get(&h, "/apis/metrics.k8s.io/v1/namespaces/default/pods/ghost");
+    assert_eq!(
+        r.text(),
+        status_json(
+            "pods \"ghost\" not found",
+            "NotFound",
+            "\"details\":{\"name\":\"ghost\",\"kind\":\"pods\"},",
+            404
+        )
+    );
+    let r = get(
+        &h,
+        "/apis/metrics.k8s.io/v1/namespaces/kube-system/pods/pending",
+    );
+    assert_eq!(
+        r.text(),
+        status_json(
+            "podmetrics.metrics.k8s.io \"kube-system/pending\" not found",
+            "NotFound",
+            "\"details\":{\"name\":\"kube-system/pending\",\"group\":\"metrics.k8s.io\",\"kind\":\"podmetrics\"},",
+            404
+        )
+    );
+    // A pod exists only in its own namespace.
+    assert_eq!(
+        get(
+            &h,
+            "/apis/metrics.k8s.io/v1/namespaces/default/pods/coredns"
+        )
+        .status,
+        404
+    );
+    for path in [
+        "/apis/metrics.k8s.io/v2/nodes",
+        "/apis/metrics.k8s.io/v1/services",
+        "/apis/metrics.k8s.io/v1/nodes/a/b",
+        "/apis/other.k8s.io/v1",
+        "/openapi/v9",
+    ] {
+        let r = get(&h, path);
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(
+            r.text(),
+            status_json(
+                "the server could not find the requested resource",
+                "NotFound",
+                "\"details\":{},",
+                404
+            ),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn paths_not_ours_are_left_to_the_router() {
+    let h = handler();
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/livez",
+        "/metrics",
+        "/",
+        "/api/v1/pods",
+    ] {
+        assert!(call(&h, Method::GET, path, &[]).is_none(), "{path}");
+    }
+}
+
+#[test]
+fn watch_and_other_verbs_are_405() {
+    let h = handler();
+    for q in ["watch=true", "watch=1", "watch", "watch=True"] {
+        let r = get(&h, &format!("/apis/metrics.k8s.io/v1beta1/pods?{q}"));
+        assert_eq!(r.status, 405, "{q}");
+        assert_eq!(
+            r.text(),
+            status_json(
+                "watch is not supported on resources of kind \"pods.metrics.k8s.io\"",
+                "MethodNotAllowed",
+                "\"details\":{\"group\":\"metrics.k8s.io\",\"kind\":\"pods\"},",
+                405
+            )
+        );
+    }
+    let r = get(&h, "/apis/metrics.k8s.io/v1/nodes?watch=true");
+    assert!(r.text().contains("kind \\\"nodes.metrics.k8s.io\\\""));
+    assert_eq!(
+        get(&h, "/apis/metrics.k8s.io/v1/nodes?watch=false").status,
+        200
+    );
+    assert_eq!(get(&h, "/apis/metrics.k8s.io/v1/nodes?watch=0").status, 200);
+    for m in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
+        let r = call(&h, m.clone(), "/apis/metrics.k8s.io/v1/nodes", &[]).unwrap();
+        assert_eq!(r.status, 405, "{m}");
+        assert_eq!(
+            r.text(),
+            status_json(
+                "the server does not allow this method on the requested resource",
+                "MethodNotAllowed",
+                "\"details\":{},",
+                405
+            )
+        );
+    }
+    let head = call(&h, Method::HEAD, "/apis/metrics.k8s.io/v1/nodes", &[]).unwrap();
+    assert_eq!(head.status, 200);
+}
+
+#[test]
+fn bad_selectors_are_400() {
+    let h = handler();
+    let r = get(
+        &h,
+        "/apis/metrics.k8s.io/v1/pods?labelSelector=app%3D%3Dx%20y",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.text(),
+        status_json(
+            "found 'y', expected: ',' or 'end of string'",
+            "BadRequest",
+            "",
+            400
+        )
+    );
+    let r = get(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes?fieldSelector=spec.unschedulable%3Dtrue",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["message"],
+        "\"spec.unschedulable\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+    );
+    // Selector errors come before the watch check, as in the apiserver.
+    let r = get(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes?watch=true&labelSelector=-x",
+    );
+    assert_eq!(r.status, 400);
+}
+
+#[test]
+fn selectors_filter_lists() {
+    let h = handler();
+    let names = |r: &Reply| -> Vec<String> {
+        r.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/nodes?labelSelector=role%3Dworker"
+        )),
+        ["worker-1"]
+    );
+    assert_eq!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/nodes?labelSelector=role+notin+(worker)"
+        )),
+        ["k8s-master"]
+    );
+    assert_eq!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/nodes?labelSelector=!role"
+        )),
+        ["k8s-master"]
+    );
+    assert_eq!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/nodes?fieldSelector=metadata.name!%3Dk8s-master"
+        )),
+        ["worker-1"]
+    );
+    assert_eq!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/pods?fieldSelector=metadata.namespace%3Ddefault"
+        )),
+        ["busybox"]
+    );
+    assert_eq!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/pods?fieldSelector=metadata.namespace!%3Ddefault"
+        )),
+        ["coredns"]
+    );
+    assert_eq!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/namespaces/kube-system/pods?labelSelector=k8s-app+in+(kube-dns)&fieldSelector=metadata.name%3D%3Dcoredns"
+        )),
+        ["coredns"]
+    );
+    assert!(
+        names(&get(
+            &h,
+            "/apis/metrics.k8s.io/v1/namespaces/kube-system/pods?labelSelector=app"
+        ))
+        .is_empty()
+    );
+}
+
+#[test]
+fn node_selector_applies_to_lists_not_to_get() {
+    let (h, _) = handler_with(cluster(), "role=worker");
+    let r = get(&h, "/apis/metrics.k8s.io/v1/nodes");
+    assert_eq!(r.json()["items"].as_array().unwrap().len(), 1);
+    assert_eq!(r.json()["items"][0]["metadata"]["name"], "worker-1");
+    let r = get(&h, "/apis/metrics.k8s.io/v1/nodes/k8s-master");
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn not_acceptable_is_406() {
+    let h = handler();
+    for accept in [
+        "application/yaml",
+        "application/vnd.kubernetes.protobuf",
+        "application/json;as=Table;g=meta.k8s.io;v=v2",
+    ] {
+        for path in [
+            "/apis/metrics.k8s.io/v1/nodes",
+            "/apis/metrics.k8s.io/v1/nodes/worker-1",
+        ] {
+            let r = get_with(&h, path, accept);
+            assert_eq!(r.status, 406, "{accept} {path}");
+            assert_eq!(
+                r.text(),
+                status_json(
+                    "only the following media types are accepted: application/json",
+                    "NotAcceptable",
+                    "",
+                    406
+                )
+            );
+        }
+    }
+    assert_eq!(
+        get_with(&h, "/apis/metrics.k8s.io/v1", "application/yaml").status,
+        406
+    );
+    for accept in [
+        "application/vnd.kubernetes.protobuf, */*",
+        "application/*",
+        "*/*",
+    ] {
+        let r = get_with(&h, "/apis/metrics.k8s.io/v1/nodes", accept);
+        assert_eq!(r.status, 200, "{accept}");
+        assert_eq!(r.header("content-type"), "application/json");
+    }
+}
+
+const KUBECTL_GET: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+const COLUMNS: &str = r#"[{"name":"Name","type":"string","format":"name","description":"Name of the resource","priority":0},{"name":"cpu","type":"string","format":"quantity","description":"","priority":0},{"name":"memory","type":"string","format":"quantity","description":"","priority":0},{"name":"Window","type":"string","format":"duration","description":"","priority":0}]"#;
+
+#[test]
+fn node_table_with_include_object_variants() {
+    let h = handler();
+    let partial = |name: &str, labels: &str| {
+        format!(
+            "{{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{{\"name\":\"{name}\",\"creationTimestamp\":\"2024-05-13T14:46:48Z\",\"labels\":{labels}}}}}"
+        )
+    };
+    let master_labels = r#"{"kubernetes.io/hostname":"k8s-master","kubernetes.io/os":"linux"}"#;
+    let worker_labels = r#"{"role":"worker"}"#;
+    let row = |cells: &str, object: &str| format!("{{\"cells\":{cells},\"object\":{object}}}");
+    let master_cells = r#"["k8s-master","167390565n","1690836Ki","20.034s"]"#;
+    let worker_cells = r#"["worker-1","5m","3Mi","20.034s"]"#;
+    let table = |rows: Vec<String>| {
+        format!(
+            "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{{}},\"columnDefinitions\":{COLUMNS},\"rows\":[{}]}}\n",
+            rows.join(",")
+        )
+    };
+    let expected_metadata = table(vec![
+        row(master_cells, &partial("k8s-master", master_labels)),
+        row(worker_cells, &partial("worker-1", worker_labels)),
+    ]);
+    for q in ["", "?includeObject=Metadata"] {
+        let r = get_with(
+            &h,
+            &format!("/apis/metrics.k8s.io/v1beta1/nodes{q}"),
+            KUBECTL_GET,
+        );
+        assert_eq!(r.status, 200);
+        assert_eq!(r.text(), expected_metadata, "{q}");
+    }
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1beta1/nodes?includeObject=None",
+        KUBECTL_GET,
+    );
+    assert_eq!(
+        r.text(),
+        table(vec![row(master_cells, "null"), row(worker_cells, "null")])
+    );
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1beta1/nodes?includeObject=Object",
+        KUBECTL_GET,
+    );
+    assert_eq!(
+        r.text(),
+        table(vec![
+            row(master_cells, &with_type("NodeMetrics", "v1beta1", MASTER)),
+            row(worker_cells, &with_type("NodeMetrics", "v1beta1", WORKER1)),
+        ])
+    );
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes?includeObject=Bogus",
+        KUBECTL_GET,
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["message"],
+        "unrecognized includeObject value: \"Bogus\""
+    );
+    // Single object.
+    let r = get_with(&h, "/apis/metrics.k8s.io/v1/nodes/worker-1", KUBECTL_GET);
+    assert_eq!(
+        r.text(),
+        table(vec![row(worker_cells, &partial("worker-1", worker_labels))])
+    );
+}
+
+#[test]
+fn pod_table_sums_containers_and_v1beta1_meta() {
+    let h = handler();
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/namespaces/kube-system/pods?includeObject=None",
+        "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
+    );
+    assert_eq!(r.status, 200);
+    // 7338891n + 12345000n = 19683891n; 14868480 + 1000 = 14869480 bytes.
+    assert_eq!(
+        r.text(),
+        format!(
+            "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1beta1\",\"metadata\":{{}},\"columnDefinitions\":{COLUMNS},\"rows\":[{{\"cells\":[\"coredns\",\"19683891n\",\"14869480\",\"15.012s\"],\"object\":null}}]}}\n"
+        )
+    );
+    let r = get_with(&h, "/apis/metrics.k8s.io/v1/pods", KUBECTL_GET);
+    let v = r.json();
+    assert_eq!(v["rows"][0]["cells"][0], "busybox");
+    assert_eq!(v["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(v["rows"][0]["object"]["metadata"]["namespace"], "default");
+}
+
+#[test]
+fn empty_table_has_no_column_definitions() {
+    let h = handler();
+    for q in ["", "?includeObject=Bogus"] {
+        let r = get_with(
+            &h,
+            &format!("/apis/metrics.k8s.io/v1/namespaces/empty/pods{q}"),
+            KUBECTL_GET,
+        );
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.text(),
+            "{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{},\"columnDefinitions\":null,\"rows\":null}\n"
+        );
+    }
+}
+
+#[test]
+fn partial_object_metadata() {
+    let h = handler();
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes",
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+    );
+    assert_eq!(r.json()["kind"], "PartialObjectMetadataList");
+    assert_eq!(r.json()["items"][1]["metadata"]["name"], "worker-1");
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes",
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+    );
+    assert_eq!(r.status, 406);
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes/worker-1",
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+    );
+    assert_eq!(
+        r.text(),
+        "{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{\"name\":\"worker-1\",\"creationTimestamp\":\"2024-05-13T14:46:48Z\",\"labels\":{\"role\":\"worker\"}}}\n"
+    );
+}
+
+const GROUP_VERSIONS: &str = r#"[{"groupVersion":"metrics.k8s.io/v1","version":"v1"},{"groupVersion":"metrics.k8s.io/v1beta1","version":"v1beta1"}]"#;
+const PREFERRED: &str = r#"{"groupVersion":"metrics.k8s.io/v1","version":"v1"}"#;
+
+#[test]
+fn legacy_discovery_golden() {
+    let h = handler();
+    for v in ["v1", "v1beta1"] {
+        for suffix in ["", "/"] {
+            let r = get(&h, &format!("/apis/metrics.k8s.io/{v}{suffix}"));
+            assert_eq!(r.status, 200);
+            assert_eq!(r.header("content-type"), "application/json");
+            assert_eq!(
+                r.text(),
+                format!(
+                    "{{\"kind\":\"APIResourceList\",\"apiVersion\":\"v1\",\"groupVersion\":\"metrics.k8s.io/{v}\",\"resources\":[{{\"name\":\"nodes\",\"singularName\":\"\",\"namespaced\":false,\"kind\":\"NodeMetrics\",\"verbs\":[\"get\",\"list\"]}},{{\"name\":\"pods\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"PodMetrics\",\"verbs\":[\"get\",\"list\"]}}]}}\n"
+                )
+            );
+        }
+        // kubectl's protobuf-first Accept still gets JSON.
+        let r = get_with(
+            &h,
+            &format!("/apis/metrics.k8s.io/{v}"),
+            "application/vnd.kubernetes.protobuf, */*",
+        );
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(
+        get(&h, "/apis/metrics.k8s.io/").text(),
+        format!(
+            "{{\"kind\":\"APIGroup\",\"apiVersion\":\"v1\",\"name\":\"metrics.k8s.io\",\"versions\":{GROUP_VERSIONS},\"preferredVersion\":{PREFERRED}}}\n"
+        )
+    );
+    assert_eq!(
+        get(&h, "/apis").text(),
+        format!(
+            "{{\"kind\":\"APIGroupList\",\"apiVersion\":\"v1\",\"groups\":[{{\"name\":\"metrics.k8s.io\",\"versions\":{GROUP_VERSIONS},\"preferredVersion\":{PREFERRED}}}]}}\n"
+        )
+    );
+}
+
+#[test]
+fn aggregated_discovery_v2_with_etag_and_304() {
+    let h = handler();
+    let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    let r = get_with(&h, "/apis", accept);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), accept);
+    let body = r.text();
+    let res = |v: &str| {
+        format!(
+            "{{\"version\":\"{v}\",\"resources\":[{{\"resource\":\"nodes\",\"responseKind\":{{\"group\":\"\",\"version\":\"\",\"kind\":\"NodeMetrics\"}},\"scope\":\"Cluster\",\"singularResource\":\"\",\"verbs\":[\"get\",\"list\"]}},{{\"resource\":\"pods\",\"responseKind\":{{\"group\":\"\",\"version\":\"\",\"kind\":\"PodMetrics\"}},\"scope\":\"Namespaced\",\"singularResource\":\"\",\"verbs\":[\"get\",\"list\"]}}],\"freshness\":\"Current\"}}"
+        )
+    };
+    let doc = format!(
+        "{{\"kind\":\"APIGroupDiscoveryList\",\"apiVersion\":\"apidiscovery.k8s.io/v2\",\"metadata\":{{}},\"items\":[{{\"metadata\":{{\"name\":\"metrics.k8s.io\",\"creationTimestamp\":null}},\"versions\":[{},{}]}}]}}",
+        res("v1"),
+        res("v1beta1")
+    );
+    assert_eq!(body, format!("{doc}\n"));
+    let etag = r.header("etag").to_owned();
+    assert_eq!(etag, format!("\"{}\"", discovery::hash_hex(doc.as_bytes())));
+    assert_eq!(etag.len(), 130);
+    assert_eq!(r.header("cache-control"), "public");
+    assert_eq!(r.header("vary"), "Accept");
+
+    let r = call(
+        &h,
+        Method::GET,
+        "/apis",
+        &[("accept", accept), ("if-none-match", &etag)],
+    )
+    .unwrap();
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("etag"), etag);
+    let r = call(
+        &h,
+        Method::GET,
+        "/apis",
+        &[("accept", accept), ("if-none-match", "\"stale\"")],
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    // Without the v2 Accept: the legacy APIGroupList.
+    let r = get_with(&h, "/apis", "application/json");
+    assert_eq!(r.json()["kind"], "APIGroupList");
+    assert!(r.headers.get("etag").is_none());
+}
+
+#[test]
+fn version_info() {
+    let h = handler();
+    let r = get(&h, "/version");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["gitVersion"], format!("v{}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(v["compiler"], "rustc");
+    assert!(r.text().starts_with("{\n  \"major\": "));
+}
+
+#[test]
+fn openapi_v2_and_v3() {
+    let h = handler();
+    let r = get(&h, "/openapi/v2");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["swagger"], "2.0");
+    for ver in ["v1", "v1beta1"] {
+        for kind in [
+            "NodeMetrics",
+            "NodeMetricsList",
+            "PodMetrics",
+            "PodMetricsList",
+            "ContainerMetrics",
+        ] {
+            let def = &v["definitions"][format!("io.k8s.metrics.pkg.apis.metrics.{ver}.{kind}")];
+            assert!(def.is_object(), "{ver} {kind}");
+        }
+        assert_eq!(
+            v["definitions"][format!("io.k8s.metrics.pkg.apis.metrics.{ver}.NodeMetrics")]["x-kubernetes-group-version-kind"]
+                [0]["version"],
+            ver
+        );
+        assert_eq!(
+            v["paths"][format!("/apis/metrics.k8s.io/{ver}/namespaces/{{namespace}}/pods")]["get"]
+                ["x-kubernetes-action"],
+            "list"
+        );
+    }
+    for name in [
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta",
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Time",
+        "io.k8s.apimachinery.pkg.api.resource.Quantity",
+    ] {
+        assert!(v["definitions"][name].is_object(), "{name}");
+    }
+    // Every $ref resolves.
+    let text = r.text();
+    for piece in text.split("\"$ref\":\"#/definitions/").skip(1) {
+        let name = &piece[..piece.find('"').unwrap()];
+        assert!(v["definitions"][name].is_object(), "dangling {name}");
+    }
+    let etag = r.header("etag").to_owned();
+    let r = call(&h, Method::GET, "/openapi/v2", &[("if-none-match", &etag)]).unwrap();
+    assert_eq!(r.status, 304);
+
+    let index = get(&h, "/openapi/v3").json();
+    for ver in ["v1", "v1beta1"] {
+        let url = index["paths"][format!("apis/metrics.k8s.io/{ver}")]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(url.starts_with(&format!("/openapi/v3/apis/metrics.k8s.io/{ver}?hash=")));
+        let r = get(&h, &url);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("cache-control"), "public, immutable");
+        let doc = r.json();
+        assert_eq!(doc["openapi"], "3.0.0");
+        assert!(
+            doc["components"]["schemas"]
+                [format!("io.k8s.metrics.pkg.apis.metrics.{ver}.PodMetrics")]
+            .is_object()
+        );
+        let hash = url.split("hash=").nth(1).unwrap();
+        assert_eq!(hash, discovery::hash_hex(&r.body));
+        let stale = get(
+            &h,
+            &format!("/openapi/v3/apis/metrics.k8s.io/{ver}?hash=0000"),
+        );
+        assert_eq!(stale.status, 301);
+        assert_eq!(stale.header("location"), url);
+    }
+}
+
+#[test]
+fn freshness_histogram_observes_every_returned_item() {
+    let (h, registry) = handler_with(cluster(), "");
+    get(&h, "/apis/metrics.k8s.io/v1/nodes");
+    assert_eq!(h.freshness().count(), 2);
+    get(&h, "/apis/metrics.k8s.io/v1/pods");
+    get(
+        &h,
+        "/apis/metrics.k8s.io/v1/namespaces/default/pods/busybox",
+    );
+    get(&h, "/apis/metrics.k8s.io/v1/nodes/worker-2"); // 404: no observation
+    assert_eq!(h.freshness().count(), 5);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains(
+        "# HELP metrics_server_api_metric_freshness_seconds [ALPHA] Freshness of metrics exported\n"
+    ), "{text}");
+    assert!(text.contains("# TYPE metrics_server_api_metric_freshness_seconds histogram\n"));
+    // Every item is 13 s old: above the 11.98 s bucket (1.364^8), within 16.34 s (1.364^9).
+    assert!(
+        text.contains("metrics_server_api_metric_freshness_seconds_count 5\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("metrics_server_api_metric_freshness_seconds_sum 65.0\n"),
+        "{text}"
+    );
+    let bucket_line = |le_prefix: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("le=\"{le_prefix}")))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(bucket_line("11.98"), "0");
+    assert_eq!(bucket_line("16.34"), "5");
+    assert_eq!(bucket_line("+Inf"), "5");
+}
+
+#[test]
+fn large_cluster_list_is_streamed_in_bounded_frames() {
+    let mut f = Fake::default();
+    for i in 0..20_000 {
+        let ns = format!("ns-{:03}", i % 100);
+        f.add_pod(
+            &ns,
+            &format!("pod-{i:05}"),
+            &[("app", "web"), ("pod-template-hash", "5d8f9c7b6")],
+            Some(&[
+                ("app", 4_710_169, 12_533_760),
+                ("sidecar", 1_000_000, 3_145_728),
+            ]),
+        );
+    }
+    f.reverse = true;
+    let h = handler_with(f, "").0;
+    let r = get(&h, "/apis/metrics.k8s.io/v1/pods");
+    assert_eq!(r.status, 200);
+    assert!(r.frames > 10, "{} frames", r.frames);
+    assert!(
+        r.largest_frame < body::CHUNK_BYTES + 4096,
+        "largest frame {}",
+        r.largest_frame
+    );
+    let v = r.json();
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 20_000);
+    // Sorted by namespace, then name.
+    let keys: Vec<(String, String)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["metadata"]["namespace"].as_str().unwrap().to_owned(),
+                i["metadata"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(items[0]["containers"][0]["usage"]["memory"], "12240Ki");
+    assert!(r.body.ends_with(b"]}\n"));
+    // The Table form streams too.
+    let t = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/pods?includeObject=None",
+        KUBECTL_GET,
+    );
+    assert!(t.frames > 1);
+    assert_eq!(t.json()["rows"].as_array().unwrap().len(), 20_000);
+    assert_eq!(t.json()["rows"][0]["cells"][1], "5710169n");
+}

@@ -1,0 +1,269 @@
+//! Go's time formats: `metav1.Time` (RFC 3339, whole seconds, UTC `Z`) and
+//! `time.Duration.String()` (the `window` field), written without allocation.
+
+const NS_PER_S: i64 = 1_000_000_000;
+
+/// Civil date and time of a Unix instant, in UTC. Seconds are floored toward -inf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Civil {
+    /// Year (proleptic Gregorian).
+    pub year: i64,
+    /// 1..=12
+    pub month: u32,
+    /// 1..=31
+    pub day: u32,
+    /// 0..=23
+    pub hour: u32,
+    /// 0..=59
+    pub minute: u32,
+    /// 0..=59
+    pub second: u32,
+    /// 0 = Sunday
+    pub weekday: u32,
+}
+
+impl Civil {
+    /// From Unix seconds.
+    pub fn from_unix_seconds(secs: i64) -> Self {
+        let days = secs.div_euclid(86_400);
+        let sod = secs.rem_euclid(86_400) as u32;
+        // Howard Hinnant's civil_from_days.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Civil {
+            year,
+            month,
+            day,
+            hour: sod / 3600,
+            minute: sod / 60 % 60,
+            second: sod % 60,
+            weekday: (days + 4).rem_euclid(7) as u32,
+        }
+    }
+
+    /// From Unix nanoseconds (floored to the second).
+    pub fn from_unix_ns(ns: i64) -> Self {
+        Self::from_unix_seconds(ns.div_euclid(NS_PER_S))
+    }
+}
+
+fn push2(out: &mut Vec<u8>, v: u32) {
+    out.push(b'0' + (v / 10 % 10) as u8);
+    out.push(b'0' + (v % 10) as u8);
+}
+
+/// Writes `2006-01-02T15:04:05Z` (no quotes) for a Unix time in nanoseconds.
+pub fn write_rfc3339(out: &mut Vec<u8>, unix_ns: i64) {
+    let c = Civil::from_unix_ns(unix_ns);
+    // i64 nanoseconds span the years 1677..=2262: always four digits.
+    let y = c.year.clamp(0, 9999) as u32;
+    push2(out, y / 100);
+    push2(out, y % 100);
+    out.push(b'-');
+    push2(out, c.month);
+    out.push(b'-');
+    push2(out, c.day);
+    out.push(b'T');
+    push2(out, c.hour);
+    out.push(b':');
+    push2(out, c.minute);
+    out.push(b':');
+    push2(out, c.second);
+    out.push(b'Z');
+}
+
+/// Writes Go's `time.RFC1123` (`Mon, 02 Jan 2006 15:04:05 UTC`) for a UTC Unix time.
+pub fn write_rfc1123(out: &mut Vec<u8>, unix_ns: i64) {
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let c = Civil::from_unix_ns(unix_ns);
+    out.extend_from_slice(DAYS[c.weekday as usize % 7].as_bytes());
+    out.extend_from_slice(b", ");
+    push2(out, c.day);
+    out.push(b' ');
+    out.extend_from_slice(MONTHS[(c.month as usize + 11) % 12].as_bytes());
+    out.push(b' ');
+    let y = c.year.clamp(0, 9999) as u32;
+    push2(out, y / 100);
+    push2(out, y % 100);
+    out.push(b' ');
+    push2(out, c.hour);
+    out.push(b':');
+    push2(out, c.minute);
+    out.push(b':');
+    push2(out, c.second);
+    out.extend_from_slice(b" UTC");
+}
+
+/// Writes Go's `time.Duration(ns).String()`: `10s`, `15.012s`, `1m0s`, `1h2m3.5s`, `1.5ms`,
+/// `1µs`, `500ns`, `0s`, `-2s`.
+pub fn write_go_duration(out: &mut Vec<u8>, ns: i64) {
+    let mut buf = [0u8; 32];
+    let mut w = buf.len();
+    let neg = ns < 0;
+    let mut u = ns.unsigned_abs();
+    if u < NS_PER_S as u64 {
+        w -= 1;
+        buf[w] = b's';
+        w -= 1;
+        let prec;
+        if u == 0 {
+            buf[w] = b'0';
+            out.extend_from_slice(&buf[w..]);
+            return;
+        } else if u < 1_000 {
+            prec = 0;
+            buf[w] = b'n';
+        } else if u < 1_000_000 {
+            prec = 3;
+            // U+00B5 MICRO SIGN, as Go writes it.
+            w -= 1;
+            buf[w] = 0xC2;
+            buf[w + 1] = 0xB5;
+        } else {
+            prec = 6;
+            buf[w] = b'm';
+        }
+        (w, u) = fmt_frac(&mut buf, w, u, prec);
+        w = fmt_int(&mut buf, w, u);
+    } else {
+        w -= 1;
+        buf[w] = b's';
+        (w, u) = fmt_frac(&mut buf, w, u, 9);
+        w = fmt_int(&mut buf, w, u % 60);
+        u /= 60;
+        if u > 0 {
+            w -= 1;
+            buf[w] = b'm';
+            w = fmt_int(&mut buf, w, u % 60);
+            u /= 60;
+            if u > 0 {
+                w -= 1;
+                buf[w] = b'h';
+                w = fmt_int(&mut buf, w, u);
+            }
+        }
+    }
+    if neg {
+        w -= 1;
+        buf[w] = b'-';
+    }
+    out.extend_from_slice(&buf[w..]);
+}
+
+/// Go's `fmtFrac`: the fraction of `v / 10^prec` without trailing zeros, into `buf[..w]`.
+fn fmt_frac(buf: &mut [u8; 32], mut w: usize, mut v: u64, prec: usize) -> (usize, u64) {
+    let mut print = false;
+    for _ in 0..prec {
+        let digit = v % 10;
+        print = print || digit != 0;
+        if print {
+            w -= 1;
+            buf[w] = digit as u8 + b'0';
+        }
+        v /= 10;
+    }
+    if print {
+        w -= 1;
+        buf[w] = b'.';
+    }
+    (w, v)
+}
+
+/// Go's `fmtInt`: decimal `v` into `buf[..w]`.
+fn fmt_int(buf: &mut [u8; 32], mut w: usize, mut v: u64) -> usize {
+    if v == 0 {
+        w -= 1;
+        buf[w] = b'0';
+    } else {
+        while v > 0 {
+            w -= 1;
+            buf[w] = (v % 10) as u8 + b'0';
+            v /= 10;
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn rfc(ns: i64) -> String {
+        let mut out = Vec::new();
+        write_rfc3339(&mut out, ns);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn dur(ns: i64) -> String {
+        let mut out = Vec::new();
+        write_go_duration(&mut out, ns);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn rfc3339_whole_seconds_utc() {
+        let s = 1_000_000_000i64;
+        assert_eq!(rfc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc(1_715_611_608 * s), "2024-05-13T14:46:48Z");
+        assert_eq!(rfc(1_715_611_595 * s + 999_999_999), "2024-05-13T14:46:35Z");
+        assert_eq!(rfc(951_782_400 * s), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc(1_570_232_645 * s), "2019-10-04T23:44:05Z");
+        // Negative instants floor toward -inf.
+        assert_eq!(rfc(-1), "1969-12-31T23:59:59Z");
+        assert_eq!(rfc(-s), "1969-12-31T23:59:59Z");
+        assert_eq!(rfc(-s - 1), "1969-12-31T23:59:58Z");
+        assert_eq!(rfc(i64::MAX), "2262-04-11T23:47:16Z");
+        assert_eq!(rfc(i64::MIN), "1677-09-21T00:12:43Z");
+    }
+
+    #[test]
+    fn rfc1123() {
+        let mut out = Vec::new();
+        write_rfc1123(&mut out, 1_136_214_245 * 1_000_000_000);
+        assert_eq!(out, b"Mon, 02 Jan 2006 15:04:05 UTC");
+    }
+
+    #[test]
+    fn go_duration_strings() {
+        let ms = 1_000_000i64;
+        let s = 1_000_000_000i64;
+        let cases: &[(i64, &str)] = &[
+            (0, "0s"),
+            (1, "1ns"),
+            (500, "500ns"),
+            (999, "999ns"),
+            (1_000, "1µs"),
+            (1_100, "1.1µs"),
+            (1_500_000, "1.5ms"),
+            (ms, "1ms"),
+            (999_999_999, "999.999999ms"),
+            (s, "1s"),
+            (10 * s, "10s"),
+            (15_012 * ms, "15.012s"),
+            (20_034 * ms, "20.034s"),
+            (17_913 * ms, "17.913s"),
+            (60 * s, "1m0s"),
+            (61 * s + 1, "1m1.000000001s"),
+            (3600 * s, "1h0m0s"),
+            (3723 * s + 500 * ms, "1h2m3.5s"),
+            (-2 * s, "-2s"),
+            (-1_500_000, "-1.5ms"),
+            (i64::MAX, "2562047h47m16.854775807s"),
+            (i64::MIN, "-2562047h47m16.854775808s"),
+        ];
+        for (ns, want) in cases {
+            assert_eq!(dur(*ns), *want, "{ns}");
+        }
+    }
+}

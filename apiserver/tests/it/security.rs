@@ -1,0 +1,437 @@
+//! Delegated authentication and authorization wired from the flags, over real HTTPS, with no
+//! Kubernetes API reachable: what can be decided without a review (front-proxy and client-CA
+//! certificates, `system:masters`, the always-allowed paths) and what happens when a review is
+//! needed but fails. The reviews themselves are in `tests/conformance/tests/security.rs`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use apiserver::auth::{Attributes, UserInfo};
+use apiserver::config::Config;
+use apiserver::run::{Auth, Cluster, Setup};
+use apiserver::serve::{Filter, Verdict};
+use clap::Parser;
+use futures::future::BoxFuture;
+use http::StatusCode;
+use http::request::Parts;
+use scraper::inventory::Inventory;
+use serde_json::Value;
+use tls::issue::{Ca, LeafSpec};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{Client, Reply, Running, launch};
+
+/// The exact 401 body of k8s.io/apiserver.
+const UNAUTHORIZED: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
+
+struct Pki {
+    front_proxy: Ca,
+    client: Ca,
+    other: Ca,
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let pki = Pki {
+            front_proxy: Ca::new("front-proxy-ca").unwrap(),
+            client: Ca::new("kubernetes").unwrap(),
+            other: Ca::new("attacker").unwrap(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        std::fs::write(pki.path("front-proxy-ca.crt"), pki.front_proxy.cert_pem()).unwrap();
+        std::fs::write(pki.path("client-ca.crt"), pki.client.cert_pem()).unwrap();
+        write_unreachable_kubeconfig(&pki.path("kubeconfig"));
+        pki
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Flags: both CAs from files (so no ConfigMap lookup), allowed name
+    /// `front-proxy-client`, and a kubeconfig whose API server refuses connections.
+    fn flags(&self) -> Vec<String> {
+        vec![
+            format!("--kubeconfig={}", self.path("kubeconfig").display()),
+            format!(
+                "--requestheader-client-ca-file={}",
+                self.path("front-proxy-ca.crt").display()
+            ),
+            "--requestheader-allowed-names=front-proxy-client".to_owned(),
+            format!("--client-ca-file={}", self.path("client-ca.crt").display()),
+        ]
+    }
+
+    async fn start(&self, filters: Vec<Arc<dyn Filter>>) -> Running {
+        let flags = self.flags();
+        let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+        launch(&args, filters, None, Auth::FromFlags).await
+    }
+}
+
+/// A kubeconfig for an API server on 127.0.0.1:1, where nothing listens.
+fn write_unreachable_kubeconfig(path: &Path) {
+    std::fs::write(
+        path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n\
+         users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+         current-context: c\n",
+    )
+    .unwrap();
+}
+
+fn with_cert(ca: &Ca, cn: &str, orgs: &[&str]) -> Client {
+    let issued = ca
+        .issue(&LeafSpec {
+            common_name: cn.to_owned(),
+            organizations: orgs.iter().map(|o| (*o).to_owned()).collect(),
+            client: true,
+            ..LeafSpec::default()
+        })
+        .unwrap();
+    Client {
+        identity: Some(issued.identity),
+        ..Client::insecure()
+    }
+}
+
+const SPOOF: &[(&str, &str)] = &[
+    ("x-remote-user", "system:admin"),
+    ("x-remote-group", "system:masters"),
+];
+
+fn message(reply: &Reply) -> String {
+    let status: Value = serde_json::from_str(&reply.body).unwrap();
+    status["message"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn spoofed_front_proxy_headers_are_believed_only_behind_the_allowed_certificate() {
+    let pki = Pki::new();
+    let server = pki.start(Vec::new()).await;
+
+    // No client certificate: anonymous, and the review it needs cannot be had: 403.
+    let r = Client::insecure()
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        message(&r),
+        r#"forbidden: User "system:anonymous" cannot get path "/metrics""#
+    );
+
+    // A certificate with the allowed name from another CA: a failed credential, 401.
+    let r = with_cert(&pki.other, "front-proxy-client", &[])
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+    );
+
+    // The front-proxy CA, but a name not in --requestheader-allowed-names: 401.
+    let r = with_cert(&pki.front_proxy, "someone-else", &[])
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+    );
+
+    // A client-CA certificate is a user of its own, not a proxy: the headers are ignored.
+    let r = with_cert(&pki.client, "bob", &["dev"])
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        message(&r),
+        r#"forbidden: User "bob" cannot get path "/metrics""#
+    );
+
+    // The real front proxy: the headers are believed, and system:masters needs no review.
+    let r = with_cert(&pki.front_proxy, "front-proxy-client", &[])
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains("apiserver_request_total"), "{}", r.body);
+    server.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_client_ca_certificate_authenticates_as_its_cn_and_o() {
+    let pki = Pki::new();
+    let server = pki.start(Vec::new()).await;
+    let r = with_cert(&pki.client, "alice", &["system:masters"])
+        .get(server.addr, "/metrics")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // The same name from a CA nobody trusts is a failed credential.
+    let r = with_cert(&pki.other, "alice", &["system:masters"])
+        .get(server.addr, "/metrics")
+        .await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+    );
+    server.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn health_is_served_anonymously_and_everything_else_needs_authorization() {
+    let pki = Pki::new();
+    let server = pki.start(Vec::new()).await;
+    let anonymous = Client::insecure();
+    for path in ["/healthz", "/livez"] {
+        let r = anonymous.get(server.addr, path).await;
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (StatusCode::OK, "ok"),
+            "{path}"
+        );
+    }
+    // Cold store: /readyz fails its check, but it is answered, not refused.
+    let r = anonymous.get(server.addr, "/readyz?verbose").await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(r.body.ends_with("readyz check failed\n"), "{}", r.body);
+    // The always-allowed paths are exact: a single check is not one of them.
+    for path in [
+        "/readyz/metric-storage-ready",
+        "/metrics",
+        "/apis/metrics.k8s.io/v1beta1",
+    ] {
+        let r = anonymous.get(server.addr, path).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {}", r.body);
+        assert_eq!(
+            message(&r),
+            format!(r#"forbidden: User "system:anonymous" cannot get path "{path}""#)
+        );
+    }
+    let r = anonymous
+        .get(
+            server.addr,
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        message(&r),
+        "pods.metrics.k8s.io is forbidden: User \"system:anonymous\" cannot list resource \
+         \"pods\" in API group \"metrics.k8s.io\" in the namespace \"default\""
+    );
+    server.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_token_that_cannot_be_reviewed_is_a_401_even_on_health_paths() {
+    let pki = Pki::new();
+    let server = pki.start(Vec::new()).await;
+    let r = Client::insecure()
+        .get_with(server.addr, "/livez", &[("authorization", "Bearer forged")])
+        .await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::UNAUTHORIZED, UNAUTHORIZED)
+    );
+    server.shutdown.cancel();
+}
+
+/// Answers every request it sees with the user and attributes the earlier filters left, and
+/// the identity headers still present.
+struct Echo;
+
+impl Filter for Echo {
+    fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            let user = parts.extensions.get::<UserInfo>().cloned();
+            let attributes = parts.extensions.get::<Attributes>().is_some();
+            let leftover: Vec<String> = parts
+                .headers
+                .keys()
+                .map(|k| k.as_str().to_owned())
+                .filter(|k| k.starts_with("x-remote-") || k == "authorization")
+                .collect();
+            let body = serde_json::json!({
+                "user": user.as_ref().map(|u| &u.name),
+                "groups": user.as_ref().map(|u| &u.groups),
+                "extra": user.as_ref().map(|u| &u.extra),
+                "attributes_yet": attributes,
+                "leftover": leftover,
+            });
+            Verdict::Reject(
+                http::Response::builder()
+                    .status(StatusCode::IM_A_TEAPOT)
+                    .body(apiserver::full(body.to_string()))
+                    .unwrap(),
+            )
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_user_is_in_the_extensions_and_identity_headers_are_gone_before_later_filters() {
+    let pki = Pki::new();
+    let server = pki.start(vec![Arc::new(Echo)]).await;
+    let r = with_cert(&pki.front_proxy, "front-proxy-client", &[])
+        .get_with(
+            server.addr,
+            "/apis/metrics.k8s.io/v1beta1/nodes",
+            &[
+                ("x-remote-user", "alice"),
+                ("x-remote-group", "dev"),
+                ("x-remote-group", "system:authenticated"),
+                ("x-remote-extra-scopes", "view"),
+                ("x-remote-uid", "u-1"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::IM_A_TEAPOT, "{}", r.body);
+    let seen: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(seen["user"], "alice");
+    assert_eq!(
+        seen["groups"],
+        serde_json::json!(["dev", "system:authenticated"])
+    );
+    assert_eq!(seen["extra"], serde_json::json!({"scopes": ["view"]}));
+    assert_eq!(seen["leftover"], serde_json::json!([]));
+    // Filters given in the Setup run before authorization (where load shedding goes).
+    assert_eq!(seen["attributes_yet"], false);
+    server.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_failed_configmap_lookup_stops_the_start_unless_tolerated() {
+    tls::provider::install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    write_unreachable_kubeconfig(&kubeconfig);
+    let argv = |extra: &[&str]| {
+        let mut argv = vec![
+            "metrics-server".to_owned(),
+            "--metric-resolution=10s".to_owned(),
+            "--kubelet-request-timeout=1s".to_owned(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--cert-dir={}", dir.path().join("certs").display()),
+        ];
+        argv.extend(extra.iter().map(|s| (*s).to_owned()));
+        Config::try_parse_from(argv).unwrap()
+    };
+    let setup = || Setup {
+        listener: None,
+        cluster: Cluster::Static(Arc::new(Inventory::new())),
+        ..Setup::default()
+    };
+    let error = apiserver::run::run_with(argv(&[]), setup(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "unable to get configmap/extension-apiserver-authentication in kube-system"
+        ),
+        "{error}"
+    );
+    assert_eq!(error.exit_code(), 1);
+
+    // A client CA file that is not a certificate is a configuration error.
+    std::fs::write(dir.path().join("bad.crt"), "not pem").unwrap();
+    let bad = format!("--client-ca-file={}", dir.path().join("bad.crt").display());
+    let error = apiserver::run::run_with(argv(&[&bad]), setup(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error.exit_code(), 64, "{error}");
+
+    // Tolerated: it serves, and with no trust at all every spoofed header is anonymous.
+    let k = format!("--kubeconfig={}", kubeconfig.display());
+    let server = launch(
+        &[&k, "--authentication-tolerate-lookup-failure"],
+        Vec::new(),
+        None,
+        Auth::FromFlags,
+    )
+    .await;
+    let r = with_cert(&Ca::new("any").unwrap(), "front-proxy-client", &[])
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        message(&r),
+        r#"forbidden: User "system:anonymous" cannot get path "/metrics""#
+    );
+    server.shutdown.cancel();
+}
+
+/// Every file under `dir`, relative.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_binary_writes_nothing_but_the_cert_dir() {
+    // The working directory, HOME and TMPDIR are empty directories of their own; the kubeconfig
+    // sits alone in another. After serving, only --cert-dir has gained files.
+    let cwd = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let kubeconfig = config.path().join("kubeconfig");
+    write_unreachable_kubeconfig(&kubeconfig);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metrics-server"))
+        .current_dir(cwd.path())
+        .env("HOME", home.path())
+        .env("TMPDIR", tmp.path())
+        .env_remove("RUST_LOG")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cert-dir={}", certs.path().display()))
+        .args([
+            "--secure-port=0",
+            "--bind-address=127.0.0.1",
+            "--authentication-tolerate-lookup-failure",
+            "--metric-resolution=15s",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("serving securely") {
+                let _ = seen_tx.send(());
+            }
+        }
+    });
+    let started = seen_rx.recv_timeout(Duration::from_secs(20)).is_ok();
+    // Let it run a little: the scrape loop, the watches and their retries.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(started, "the server did not start");
+    assert_eq!(files_under(cwd.path()), Vec::<String>::new());
+    assert_eq!(files_under(home.path()), Vec::<String>::new());
+    assert_eq!(files_under(tmp.path()), Vec::<String>::new());
+    assert_eq!(files_under(config.path()), ["kubeconfig"]);
+    assert_eq!(
+        files_under(certs.path()),
+        ["apiserver.crt", "apiserver.key"]
+    );
+}
