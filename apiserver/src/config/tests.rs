@@ -304,7 +304,6 @@ fn our_bounds_must_be_positive() {
 }
 
 #[test]
-#[ignore = "needs the real label selector parser (API branch); the stub accepts everything"]
 fn bad_node_selector_is_refused() {
     let msg = error(&["--node-selector=a in (b"]);
     assert!(msg.starts_with("invalid --node-selector: "), "{msg}");

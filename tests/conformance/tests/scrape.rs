@@ -172,7 +172,6 @@ async fn garbage_is_returned_as_bytes_for_the_parser_to_reject() {
 }
 
 #[tokio::test]
-#[ignore = "needs parser"]
 async fn garbage_fails_to_parse() {
     let ca = ca();
     let k = kubelet(&ca, "n1", |o| Options {
@@ -652,7 +651,6 @@ fn wall_clock_ms() -> Arc<dyn Fn() -> i64 + Send + Sync> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs parser, payload renderer and store"]
 async fn healthy_nodes_reach_the_store_while_faulty_ones_do_not() {
     use conformance::kubelet::{Content, SimNode};
     let ca = ca();
@@ -698,7 +696,6 @@ async fn healthy_nodes_reach_the_store_while_faulty_ones_do_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs parser, payload renderer and store"]
 async fn a_node_with_a_live_workload_gets_usage_and_loses_it_when_removed() {
     use conformance::kubelet::{Content, SimNode};
     let ca = ca();
