@@ -261,7 +261,10 @@ impl Cluster {
             &server_token,
             User::new(
                 SERVER_USER,
-                &["system:serviceaccounts", "system:serviceaccounts:kube-system"],
+                &[
+                    "system:serviceaccounts",
+                    "system:serviceaccounts:kube-system",
+                ],
             ),
         );
         let server_kubeconfig = dir.path().join("metrics-server.kubeconfig");
@@ -328,7 +331,10 @@ impl Cluster {
             ),
             "--kubelet-use-node-status-port".to_owned(),
             "--kubelet-preferred-address-types=InternalIP".to_owned(),
-            format!("--kubelet-certificate-authority={}", kubelet_ca_file.display()),
+            format!(
+                "--kubelet-certificate-authority={}",
+                kubelet_ca_file.display()
+            ),
         ];
         // metrics-server wants the kubelet timeout below the resolution (default 10s).
         if cluster.config.resolution <= Duration::from_secs(10) {
@@ -412,7 +418,7 @@ impl Cluster {
             let handle = server.take();
             drop(server);
             // The task has finished: polling it once yields its result.
-            let result = handle.and_then(|h| futures::FutureExt::now_or_never(h));
+            let result = handle.and_then(futures::FutureExt::now_or_never);
             return Err(match result {
                 Some(Ok(Err(e))) => Error::Server(Box::new(e)),
                 _ => Error::ServerEnded,
@@ -569,7 +575,12 @@ impl Cluster {
             .all(Kind::Pod)
             .iter()
             .map(|p| {
-                let s = |ptr: &str| p.pointer(ptr).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+                let s = |ptr: &str| {
+                    p.pointer(ptr)
+                        .and_then(|v| v.as_str())
+                        .unwrap_or("")
+                        .to_owned()
+                };
                 (
                     s("/metadata/namespace"),
                     s("/metadata/name"),
@@ -633,7 +644,8 @@ impl Cluster {
             .https_only()
             .enable_http1()
             .build();
-        let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+        let client: Client<_, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(connector);
         let mut req = Request::get(format!("https://{}{path}", self.server_addr));
         if admin {
             req = req.header(

@@ -153,21 +153,25 @@ fn listed_nodes(list: &Value) -> Vec<String> {
 /// Waits until the server lists every pod of the scraped nodes and every scraped node.
 async fn wait_complete(c: &Cluster) {
     let timeout = c.config().resolution * 4 + Duration::from_secs(20);
-    eventually("every scraped node and pod to have metrics", timeout, || async {
-        let want_pods = expected_pods(c);
-        let pods = raw(c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/pods").await?;
-        let got: BTreeSet<_> = listed_pods(&pods).into_iter().collect();
-        if got != want_pods {
-            let missing: Vec<_> = want_pods.difference(&got).collect();
-            let extra: Vec<_> = got.difference(&want_pods).collect();
-            return Err(format!("pods missing {missing:?}, unexpected {extra:?}"));
-        }
-        let nodes = raw(c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/nodes").await?;
-        if listed_nodes(&nodes) != c.scraped_node_names() {
-            return Err(format!("nodes {:?}", listed_nodes(&nodes)));
-        }
-        Ok(())
-    })
+    eventually(
+        "every scraped node and pod to have metrics",
+        timeout,
+        || async {
+            let want_pods = expected_pods(c);
+            let pods = raw(c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/pods").await?;
+            let got: BTreeSet<_> = listed_pods(&pods).into_iter().collect();
+            if got != want_pods {
+                let missing: Vec<_> = want_pods.difference(&got).collect();
+                let extra: Vec<_> = got.difference(&want_pods).collect();
+                return Err(format!("pods missing {missing:?}, unexpected {extra:?}"));
+            }
+            let nodes = raw(c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/nodes").await?;
+            if listed_nodes(&nodes) != c.scraped_node_names() {
+                return Err(format!("nodes {:?}", listed_nodes(&nodes)));
+            }
+            Ok(())
+        },
+    )
     .await;
 }
 
@@ -250,7 +254,12 @@ async fn kubectl_top_get_raw_and_tables() {
                 .get(node.as_str())
                 .unwrap_or_else(|| panic!("{k}: {node} missing:\n{out}"));
             let (cores, memory) = node_usage(&c.node_model(node).unwrap(), now);
-            assert_close(&format!("{k} {node} cpu"), quantity(&row[1]), cores, cores * 0.1);
+            assert_close(
+                &format!("{k} {node} cpu"),
+                quantity(&row[1]),
+                cores,
+                cores * 0.1,
+            );
             assert_close(
                 &format!("{k} {node} memory"),
                 quantity(&row[3]),
@@ -302,10 +311,8 @@ async fn kubectl_top_get_raw_and_tables() {
         // kubectl top pod -A: exactly the pods of scraped nodes.
         let out = kubectl(&c, k, &["top", "pod", "-A"]).await.unwrap();
         let table = rows(&out, &["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]).unwrap();
-        let got: BTreeSet<(String, String)> = table
-            .iter()
-            .map(|r| (r[0].clone(), r[1].clone()))
-            .collect();
+        let got: BTreeSet<(String, String)> =
+            table.iter().map(|r| (r[0].clone(), r[1].clone())).collect();
         assert_eq!(got, want_pods, "{k} top pod -A:\n{out}");
         let cpu = table
             .iter()
@@ -319,8 +326,7 @@ async fn kubectl_top_get_raw_and_tables() {
             let out = kubectl(&c, k, &["top", "pod", "-A", &format!("--sort-by={sort}")])
                 .await
                 .unwrap();
-            let table =
-                rows(&out, &["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]).unwrap();
+            let table = rows(&out, &["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]).unwrap();
             let values: Vec<f64> = table.iter().map(|r| quantity(&r[col])).collect();
             assert_eq!(values.len(), want_pods.len(), "{k}:\n{out}");
             assert!(
@@ -345,7 +351,10 @@ async fn kubectl_top_get_raw_and_tables() {
             .cloned()
             .collect();
         assert!(!want.is_empty());
-        assert_eq!(got, want, "{k} top pod -n {sel_ns} -l app={sel_app}:\n{out}");
+        assert_eq!(
+            got, want,
+            "{k} top pod -n {sel_ns} -l app={sel_app}:\n{out}"
+        );
 
         // --containers: one row per container; the finished init container is not there, the
         // native sidecar is.
@@ -372,12 +381,17 @@ async fn kubectl_top_get_raw_and_tables() {
         );
         assert_eq!(
             containers(NATIVE_SIDECAR_POD),
-            BTreeSet::from([NATIVE_SIDECAR_POD.to_owned(), "sidecar-container".to_owned()]),
+            BTreeSet::from([
+                NATIVE_SIDECAR_POD.to_owned(),
+                "sidecar-container".to_owned()
+            ]),
             "{k}:\n{out}"
         );
 
         // kubectl get nodes.metrics.k8s.io / pods.metrics.k8s.io: the server's Table.
-        let out = kubectl(&c, k, &["get", "nodes.metrics.k8s.io"]).await.unwrap();
+        let out = kubectl(&c, k, &["get", "nodes.metrics.k8s.io"])
+            .await
+            .unwrap();
         let table = rows(&out, &["NAME", "CPU", "MEMORY", "WINDOW"]).unwrap();
         let names: Vec<String> = table.iter().map(|r| r[0].clone()).collect();
         assert_eq!(names, scraped, "{k}:\n{out}");
@@ -406,7 +420,10 @@ async fn kubectl_top_get_raw_and_tables() {
             .map(|v| v["version"].as_str().unwrap())
             .collect();
         assert_eq!(versions, ["v1", "v1beta1"], "{group}");
-        assert_eq!(group["preferredVersion"]["groupVersion"], "metrics.k8s.io/v1");
+        assert_eq!(
+            group["preferredVersion"]["groupVersion"],
+            "metrics.k8s.io/v1"
+        );
 
         for v in ["v1beta1", "v1"] {
             let base = format!("/apis/metrics.k8s.io/{v}");
@@ -425,7 +442,10 @@ async fn kubectl_top_get_raw_and_tables() {
             assert_eq!(resources["pods"]["kind"], "PodMetrics");
             assert_eq!(resources["pods"]["namespaced"], true);
             assert_eq!(resources["pods"]["singularName"], "");
-            assert_eq!(resources["pods"]["verbs"], serde_json::json!(["get", "list"]));
+            assert_eq!(
+                resources["pods"]["verbs"],
+                serde_json::json!(["get", "list"])
+            );
 
             let nodes = raw(&c, k, &format!("{base}/nodes")).await.unwrap();
             assert_eq!(nodes["kind"], "NodeMetricsList");
@@ -583,7 +603,10 @@ async fn metrics_server_e2e_checks() {
 
         // 3. The cpu-consumer burns 50m: one container, within 10%.
         let pod = raw(&c, k, &pod_path(CPU_CONSUMER)).await.unwrap();
-        assert_eq!(container_names(&pod), BTreeSet::from(["cpu-consumer".to_owned()]));
+        assert_eq!(
+            container_names(&pod),
+            BTreeSet::from(["cpu-consumer".to_owned()])
+        );
         let (cpu, _) = container_usage(&pod, "cpu-consumer").unwrap();
         assert_close(
             &format!("{k} cpu-consumer cores"),
@@ -609,7 +632,12 @@ async fn metrics_server_e2e_checks() {
         let at = unix_ms(pod["timestamp"].as_str().unwrap());
         let (_, sim) = c.pod_model(E2E_NAMESPACE, MEMORY_CONSUMER).unwrap();
         let reported = sim.containers[0].memory_bytes(at + 500) as f64;
-        assert_close(&format!("{k} memory vs kubelet"), memory, reported, 5.0 * MIB);
+        assert_close(
+            &format!("{k} memory vs kubelet"),
+            memory,
+            reported,
+            5.0 * MIB,
+        );
         // And for every container of every generic pod on the first node.
         let all = raw(&c, k, &format!("/apis/metrics.k8s.io/{v}/pods"))
             .await
@@ -651,7 +679,10 @@ async fn metrics_server_e2e_checks() {
         // 6. Two regular containers and 7. a native sidecar: both, each with usage.
         for (name, containers) in [
             (SIDECAR_POD, [SIDECAR_POD, "sidecar-container"]),
-            (NATIVE_SIDECAR_POD, [NATIVE_SIDECAR_POD, "sidecar-container"]),
+            (
+                NATIVE_SIDECAR_POD,
+                [NATIVE_SIDECAR_POD, "sidecar-container"],
+            ),
         ] {
             let pod = raw(&c, k, &pod_path(name)).await.unwrap();
             assert_eq!(
@@ -670,7 +701,11 @@ async fn metrics_server_e2e_checks() {
             let out = c
                 .kubectl(
                     k,
-                    &["get", "--raw", &format!("/apis/metrics.k8s.io/{v}/nodes/{node}")],
+                    &[
+                        "get",
+                        "--raw",
+                        &format!("/apis/metrics.k8s.io/{v}/nodes/{node}"),
+                    ],
                 )
                 .await
                 .unwrap();
@@ -716,7 +751,10 @@ async fn metrics_server_e2e_checks() {
     );
     // /metrics is not always-allowed: anonymous callers are refused.
     let (status, _) = c.server_get("/metrics", false).await.unwrap();
-    assert!(status == 401 || status == 403, "anonymous /metrics: {status}");
+    assert!(
+        status == 401 || status == 403,
+        "anonymous /metrics: {status}"
+    );
     c.stop().await.unwrap();
 }
 
@@ -757,34 +795,52 @@ async fn kubelet_down_pod_deleted_node_added() {
     // All at once: a kubelet goes down, a pod is deleted, a node joins.
     c.set_kubelet_fault(&down, Fault::Down).unwrap();
     assert!(c.delete_pod(&victim_ns, &victim));
-    let added = c.add_node("node-new", &[("pool", "burst")], 3).await.unwrap();
+    let added = c
+        .add_node("node-new", &[("pool", "burst")], 3)
+        .await
+        .unwrap();
     let added_pods: BTreeSet<(String, String)> = added
         .iter()
         .map(|p| (p.namespace().to_owned(), p.name().to_owned()))
         .collect();
 
     for k in Kubectl::ALL {
-        eventually(&format!("{k}: {victim} to disappear"), resolution * 2, || async {
-            let pods = raw(&c, k, &format!("/apis/metrics.k8s.io/{}/pods", k.metrics_version()))
+        eventually(
+            &format!("{k}: {victim} to disappear"),
+            resolution * 2,
+            || async {
+                let pods = raw(
+                    &c,
+                    k,
+                    &format!("/apis/metrics.k8s.io/{}/pods", k.metrics_version()),
+                )
                 .await?;
-            let listed = listed_pods(&pods);
-            if listed.iter().any(|(_, n)| *n == victim) {
-                return Err(format!("{victim} still listed"));
-            }
-            Ok(())
-        })
+                let listed = listed_pods(&pods);
+                if listed.iter().any(|(_, n)| *n == victim) {
+                    return Err(format!("{victim} still listed"));
+                }
+                Ok(())
+            },
+        )
         .await;
         let out = c
             .kubectl(
                 k,
-                &["get", "--raw", &format!(
-                    "/apis/metrics.k8s.io/{}/namespaces/{victim_ns}/pods/{victim}",
-                    k.metrics_version()
-                )],
+                &[
+                    "get",
+                    "--raw",
+                    &format!(
+                        "/apis/metrics.k8s.io/{}/namespaces/{victim_ns}/pods/{victim}",
+                        k.metrics_version()
+                    ),
+                ],
             )
             .await
             .unwrap();
-        assert!(!out.success && out.stderr.contains("not found"), "{k}: {out:?}");
+        assert!(
+            !out.success && out.stderr.contains("not found"),
+            "{k}: {out:?}"
+        );
     }
 
     // The down node and its pods go away, the new node and its pods come; the others stay.
@@ -795,20 +851,24 @@ async fn kubelet_down_pod_deleted_node_added() {
         all_pods.difference(&down_pods).cloned().collect();
     want_pods.remove(&(victim_ns.clone(), victim.clone()));
     want_pods.extend(added_pods.iter().cloned());
-    eventually("the down node to go and the new node to come", slow, || async {
-        let nodes = raw(&c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/nodes").await?;
-        let pods = raw(&c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/pods").await?;
-        let got_nodes = listed_nodes(&nodes);
-        let got_pods: BTreeSet<_> = listed_pods(&pods).into_iter().collect();
-        // Nodes that stay up never vanish meanwhile.
-        for n in nodes_that_stay(&want_nodes) {
-            assert!(got_nodes.contains(&n), "{n} vanished: {got_nodes:?}");
-        }
-        if got_nodes != want_nodes || got_pods != want_pods {
-            return Err(format!("nodes {got_nodes:?}, pods {got_pods:?}"));
-        }
-        Ok(())
-    })
+    eventually(
+        "the down node to go and the new node to come",
+        slow,
+        || async {
+            let nodes = raw(&c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/nodes").await?;
+            let pods = raw(&c, Kubectl::V1_37, "/apis/metrics.k8s.io/v1/pods").await?;
+            let got_nodes = listed_nodes(&nodes);
+            let got_pods: BTreeSet<_> = listed_pods(&pods).into_iter().collect();
+            // Nodes that stay up never vanish meanwhile.
+            for n in nodes_that_stay(&want_nodes) {
+                assert!(got_nodes.contains(&n), "{n} vanished: {got_nodes:?}");
+            }
+            if got_nodes != want_nodes || got_pods != want_pods {
+                return Err(format!("nodes {got_nodes:?}, pods {got_pods:?}"));
+            }
+            Ok(())
+        },
+    )
     .await;
     for k in Kubectl::ALL {
         let out = kubectl(&c, k, &["top", "node"]).await.unwrap();
@@ -824,10 +884,8 @@ async fn kubelet_down_pod_deleted_node_added() {
         assert!(table.iter().any(|r| r[0] == "node-new"), "{k}:\n{out}");
         let out = kubectl(&c, k, &["top", "pod", "-A"]).await.unwrap();
         let table = rows(&out, &["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]).unwrap();
-        let got: BTreeSet<(String, String)> = table
-            .iter()
-            .map(|r| (r[0].clone(), r[1].clone()))
-            .collect();
+        let got: BTreeSet<(String, String)> =
+            table.iter().map(|r| (r[0].clone(), r[1].clone())).collect();
         assert_eq!(got, want_pods, "{k}:\n{out}");
     }
 

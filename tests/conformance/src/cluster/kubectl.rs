@@ -41,7 +41,8 @@ impl Kubectl {
             Kubectl::V1_32 => ("KUBECTL_1_32", PathBuf::from("/usr/bin/kubectl")),
             Kubectl::V1_37 => (
                 "KUBECTL_1_37",
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../_output/kubectl-1.37/bin/kubectl"),
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../_output/kubectl-1.37/bin/kubectl"),
             ),
         };
         std::env::var_os(var).map_or(default, PathBuf::from)

@@ -199,7 +199,8 @@ pub fn generic_pods(
     now_ms: i64,
 ) -> Vec<PlacedPod> {
     let mut pods = Vec::with_capacity(count);
-    let created = |rng: &mut Rng| now_ms - 60_000 - i64::try_from(rng.below(3_540_000)).unwrap_or(0);
+    let created =
+        |rng: &mut Rng| now_ms - 60_000 - i64::try_from(rng.below(3_540_000)).unwrap_or(0);
     if count > 0 {
         let name = format!("kube-proxy-{}", rng.suffix(5));
         let c = part("kube-proxy", 0.001, (18 << 20, 22 << 20), created(rng));
@@ -207,7 +208,10 @@ pub fn generic_pods(
             "kube-system",
             &name,
             node,
-            &[("k8s-app", "kube-proxy"), ("controller-revision-hash", "6d4b9c7f8")],
+            &[
+                ("k8s-app", "kube-proxy"),
+                ("controller-revision-hash", "6d4b9c7f8"),
+            ],
             vec![c],
             Vec::new(),
         ));
