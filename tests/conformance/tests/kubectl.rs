@@ -697,7 +697,13 @@ async fn metrics_server_e2e_checks() {
         }
 
         // 11. Nodes excluded by --node-selector answer 404.
-        for node in c.node_names().into_iter().filter(|n| c.is_skipped(n)) {
+        let skipped: Vec<String> = c
+            .node_names()
+            .into_iter()
+            .filter(|n| c.is_skipped(n))
+            .collect();
+        assert_eq!(skipped.len(), 1, "the default topology skips one node");
+        for node in skipped {
             let out = c
                 .kubectl(
                     k,
