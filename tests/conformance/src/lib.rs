@@ -6,9 +6,12 @@
 //! - [`objects`]: an in-memory kube-apiserver for Nodes, Pods and ConfigMaps (list, get, watch).
 //! - [`payload`]: renders `/metrics/resource` and `/stats/summary` bodies from a node model.
 //! - [`controlplane`]: a kube-apiserver on the wire (discovery, reviews, core API, health).
+//! - [`cluster`]: a whole cluster in one process (control plane, kubelets, workloads, the
+//!   server registered as an APIService) and the real kubectl.
 //! - [`aggregator`]: kube-aggregator: APIServices, availability, proxying with front-proxy auth.
 
 pub mod aggregator;
+pub mod cluster;
 pub mod controlplane;
 pub mod kubelet;
 pub mod objects;

@@ -1,16 +1,15 @@
 //! The pluggable core API (`/api/v1/...`: nodes, pods, configmaps) behind the control plane,
-//! and [`ConfigMaps`], a minimal implementation that serves only ConfigMaps.
+//! and its implementation by the in-memory object server [`Objects`].
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{Method, Request, Response, StatusCode};
-use parking_lot::Mutex;
-use serde_json::{Value, json};
+use http::{Request, Response};
+use http_body_util::BodyExt;
 
-use super::{Body, json_response, status_response};
+use super::{Body, BoxError};
+use crate::objects::Objects;
 
 /// Serves the core (`/api/v1`) objects: list, get and watch of nodes, pods and ConfigMaps.
 /// The control plane passes every `/api/v1/...` request it does not answer itself.
@@ -24,114 +23,124 @@ pub trait CoreApi: Send + Sync + 'static {
     fn upsert_configmap(&self, namespace: &str, name: &str, data: BTreeMap<String, String>);
 }
 
-/// A ConfigMap-only core API: GET of one ConfigMap, LIST (with a `metadata.name` field
-/// selector), and WATCH as an open stream that sends nothing until `timeoutSeconds`.
-#[derive(Debug, Default)]
-pub struct ConfigMaps {
-    inner: Mutex<Store>,
-}
-
-#[derive(Debug, Default)]
-struct Store {
-    resource_version: u64,
-    maps: BTreeMap<(String, String), (u64, BTreeMap<String, String>)>,
-}
-
-impl ConfigMaps {
-    /// An empty store.
-    pub fn new() -> Self {
-        ConfigMaps::default()
-    }
-
-    fn object(ns: &str, name: &str, rv: u64, data: &BTreeMap<String, String>) -> Value {
-        json!({
-            "kind": "ConfigMap",
-            "apiVersion": "v1",
-            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(),
-                         "uid": format!("cm-{ns}-{name}"), "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "data": data,
-        })
-    }
-}
-
-impl CoreApi for ConfigMaps {
+/// The object server answers `/api/v1` with list, get and watch (resource versions,
+/// bookmarks, `410 Gone`, Table) of nodes, pods and ConfigMaps.
+impl CoreApi for Objects {
     fn handle(&self, req: Request<Bytes>) -> BoxFuture<'_, Option<Response<Body>>> {
         Box::pin(async move {
-            if req.method() != Method::GET {
-                return None;
-            }
-            let path = req.uri().path().trim_end_matches('/');
-            let rest = path.strip_prefix("/api/v1/namespaces/")?;
-            let mut parts = rest.split('/');
-            let ns = parts.next()?.to_owned();
-            if parts.next()? != "configmaps" {
-                return None;
-            }
-            let name = parts.next().map(str::to_owned);
-            if parts.next().is_some() {
-                return None;
-            }
-            let query = crate::aggregator::query::parse(req.uri().query().unwrap_or(""));
-            let get = |k: &str| {
-                query
-                    .iter()
-                    .find(|(key, _)| key == k)
-                    .map(|(_, v)| v.clone())
-            };
-            if get("watch").is_some_and(|w| w == "true" || w == "1") {
-                let secs = get("timeoutSeconds")
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .unwrap_or(300)
-                    .min(1800);
-                let stream = futures::stream::once(async move {
-                    tokio::time::sleep(Duration::from_secs(secs)).await;
-                    Ok::<_, super::BoxError>(http_body::Frame::data(Bytes::new()))
-                });
-                let body = http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(stream));
-                return Response::builder()
-                    .header(http::header::CONTENT_TYPE, "application/json")
-                    .body(body)
-                    .ok();
-            }
-            let store = self.inner.lock();
-            match name {
-                Some(name) => Some(match store.maps.get(&(ns.clone(), name.clone())) {
-                    Some((rv, data)) => {
-                        json_response(StatusCode::OK, &Self::object(&ns, &name, *rv, data))
-                    }
-                    None => status_response(
-                        StatusCode::NOT_FOUND,
-                        "NotFound",
-                        &format!("configmaps \"{name}\" not found"),
-                    ),
-                }),
-                None => {
-                    let wanted = get("fieldSelector")
-                        .and_then(|f| f.strip_prefix("metadata.name=").map(str::to_owned));
-                    let items: Vec<Value> = store
-                        .maps
-                        .iter()
-                        .filter(|((n, m), _)| *n == ns && wanted.as_ref().is_none_or(|w| w == m))
-                        .map(|((n, m), (rv, data))| Self::object(n, m, *rv, data))
-                        .collect();
-                    let list = json!({
-                        "kind": "ConfigMapList",
-                        "apiVersion": "v1",
-                        "metadata": {"resourceVersion": store.resource_version.to_string()},
-                        "items": items,
-                    });
-                    Some(json_response(StatusCode::OK, &list))
-                }
-            }
+            let resp = Objects::handle(self, req).await?;
+            Some(resp.map(|body| body.map_err(|e| Box::new(e) as BoxError).boxed()))
         })
     }
 
     fn upsert_configmap(&self, namespace: &str, name: &str, data: BTreeMap<String, String>) {
-        let mut store = self.inner.lock();
-        store.resource_version += 1;
-        let rv = store.resource_version;
-        store
-            .maps
-            .insert((namespace.to_owned(), name.to_owned()), (rv, data));
+        Objects::upsert_configmap(self, namespace, name, &data);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::{StreamExt as _, TryStreamExt as _};
+    use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+    use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+    use tokio_util::sync::CancellationToken;
+
+    use crate::controlplane::{self, AUTHENTICATION_CONFIGMAP, ControlPlane};
+    use crate::objects::{ContainerSpec, Objects};
+
+    async fn client(cp: &ControlPlane) -> kube::Client {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        cp.kubeconfig(&path).unwrap();
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// The control plane serves nodes, pods and ConfigMaps from the object server, watches
+    /// included, and publishes the authentication ConfigMap into it.
+    #[tokio::test]
+    async fn objects_back_the_core_api() {
+        tls::provider::install_default();
+        let shutdown = CancellationToken::new();
+        let objects = Objects::new();
+        objects.add_node(
+            "n1",
+            &[("zone", "a")],
+            &[("InternalIP", "127.0.0.1")],
+            10250,
+        );
+        let cp = ControlPlane::start(
+            controlplane::Config {
+                core: std::sync::Arc::new(objects.clone()),
+                ..controlplane::Config::default()
+            },
+            shutdown.clone(),
+        )
+        .await
+        .unwrap();
+        let client = client(&cp).await;
+
+        let cm: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+        let auth = cm.get(AUTHENTICATION_CONFIGMAP).await.unwrap();
+        assert_eq!(
+            auth.data.unwrap()["requestheader-client-ca-file"],
+            cp.front_proxy_ca().cert_pem()
+        );
+
+        let nodes: Api<Node> = Api::all(client.clone());
+        let list = nodes.list(&ListParams::default()).await.unwrap();
+        assert_eq!(list.items.len(), 1);
+        let rv = list.metadata.resource_version.unwrap();
+        let mut watch = nodes
+            .watch(&WatchParams::default().timeout(10), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        objects.add_node("n2", &[], &[("InternalIP", "127.0.0.1")], 10251);
+        let event = tokio::time::timeout(Duration::from_secs(5), watch.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        match event {
+            WatchEvent::Added(node) => assert_eq!(node.metadata.name.as_deref(), Some("n2")),
+            other => panic!("{other:?}"),
+        }
+
+        objects.add_pod(
+            "web",
+            "p1",
+            "n1",
+            &[("app", "web")],
+            "Running",
+            &[ContainerSpec::new("c")],
+        );
+        objects.add_pod(
+            "web",
+            "p2",
+            "n1",
+            &[],
+            "Pending",
+            &[ContainerSpec::new("c")],
+        );
+        let pods: Api<Pod> = Api::all(client);
+        let running = pods
+            .list(&ListParams::default().fields("status.phase=Running"))
+            .await
+            .unwrap();
+        let names: Vec<_> = running
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["p1"]);
+        shutdown.cancel();
+        cp.stopped().await;
     }
 }

@@ -9,7 +9,7 @@
 //! - [`authn`]: users, tokens and client certificates.
 //! - [`reviews`]: TokenReview and SubjectAccessReview with a policy and a record.
 //! - [`discovery`]: the discovery documents.
-//! - [`core`]: the [`CoreApi`] trait for `/api/v1` and a ConfigMap-only implementation.
+//! - [`core`]: the [`CoreApi`] trait for `/api/v1`, implemented by [`crate::objects::Objects`].
 //! - [`serve`]: the HTTPS accept loop, shared with tests' fake backends.
 
 pub mod authn;
@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use self::authn::User;
-pub use self::core::{ConfigMaps, CoreApi};
+pub use self::core::CoreApi;
 pub use self::reviews::{Access, Decision, Policy, Review, Reviews};
 use crate::aggregator::{self, Aggregator};
 
@@ -104,7 +104,8 @@ pub enum Error {
 
 /// How to start a control plane.
 pub struct Config {
-    /// Serves `/api/v1/...`.
+    /// Serves `/api/v1/...` (by default an empty [`crate::objects::Objects`], which then
+    /// holds only the authentication ConfigMap).
     pub core: Arc<dyn CoreApi>,
     /// Decides SubjectAccessReviews.
     pub policy: Policy,
@@ -115,7 +116,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            core: Arc::new(ConfigMaps::new()),
+            core: Arc::new(crate::objects::Objects::new()),
             policy: reviews::default_policy(),
             aggregator: aggregator::Config::default(),
         }
