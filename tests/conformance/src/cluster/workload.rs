@@ -99,6 +99,7 @@ fn part(name: &str, cpu_cores: f64, memory_bytes: (u64, u64), created_ms: i64) -
             name: name.to_owned(),
             created_ms,
             cpu_cores,
+            cpu_wobble: 0.0,
             memory_min_bytes: memory_bytes.0,
             memory_max_bytes: memory_bytes.1,
             memory_period: Duration::from_secs(180),
@@ -241,6 +242,10 @@ pub fn generic_pods(
                 (20 << 20, 40 << 20),
                 started,
             ));
+        }
+        // Application load comes and goes: CPU swings around its mean.
+        for part in &mut parts {
+            part.sim.cpu_wobble = 0.6;
         }
         // Now and then a container that crashes and restarts (counter reset, new start).
         if rng.below(17) == 0 {

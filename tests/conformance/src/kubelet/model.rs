@@ -43,6 +43,9 @@ pub struct SimContainer {
     pub created_ms: i64,
     /// CPU use, in cores (the counter grows by this many seconds per second).
     pub cpu_cores: f64,
+    /// Relative amplitude (0 to 1) of a slow swing of the CPU rate around `cpu_cores` over
+    /// `memory_period`; 0 keeps the rate constant (what accuracy checks want).
+    pub cpu_wobble: f64,
     /// Memory working set lower bound, bytes.
     pub memory_min_bytes: u64,
     /// Memory working set upper bound, bytes.
@@ -72,7 +75,7 @@ impl SimContainer {
     /// Cumulative CPU of the current incarnation, seconds.
     pub fn cpu_seconds(&self, now_ms: i64) -> f64 {
         self.started_ms(now_ms)
-            .map_or(0.0, |s| self.cpu_cores * (now_ms - s) as f64 / 1000.0)
+            .map_or(0.0, |s| self.cpu_integral(s, now_ms))
     }
 
     /// Cumulative CPU of every incarnation since creation (what the node's counter saw).
@@ -80,16 +83,40 @@ impl SimContainer {
         if now_ms < self.created_ms {
             return 0.0;
         }
-        self.cpu_cores * (now_ms - self.created_ms) as f64 / 1000.0
+        self.cpu_integral(self.created_ms, now_ms)
     }
 
-    /// Working set at `now_ms`: a sine between the bounds, phase-shifted by the name.
-    pub fn memory_bytes(&self, now_ms: i64) -> u64 {
-        let (lo, hi) = if self.memory_min_bytes <= self.memory_max_bytes {
-            (self.memory_min_bytes, self.memory_max_bytes)
+    /// The CPU rate at `now_ms`, in cores.
+    pub fn cpu_cores_at(&self, now_ms: i64) -> f64 {
+        let (omega, phase, wobble) = self.cpu_swing();
+        self.cpu_cores * (1.0 + wobble * (omega * now_ms as f64 + phase).sin())
+    }
+
+    /// CPU seconds used between two instants: the integral of [`Self::cpu_cores_at`], so the
+    /// counter never decreases (the wobble is at most 1).
+    fn cpu_integral(&self, from_ms: i64, to_ms: i64) -> f64 {
+        let (omega, phase, wobble) = self.cpu_swing();
+        let steady = (to_ms - from_ms) as f64;
+        let swing = if wobble == 0.0 {
+            0.0
         } else {
-            (self.memory_max_bytes, self.memory_min_bytes)
+            wobble / omega
+                * ((omega * from_ms as f64 + phase).cos() - (omega * to_ms as f64 + phase).cos())
         };
+        self.cpu_cores * (steady + swing) / 1000.0
+    }
+
+    /// (angular frequency per ms, phase from the name, amplitude clamped to [0, 1]).
+    fn cpu_swing(&self) -> (f64, f64, f64) {
+        let (period_ms, phase) = self.period_and_phase();
+        (
+            std::f64::consts::TAU / period_ms,
+            phase,
+            self.cpu_wobble.clamp(0.0, 1.0),
+        )
+    }
+
+    fn period_and_phase(&self) -> (f64, f64) {
         let period_ms = if self.memory_period.is_zero() {
             300_000.0
         } else {
@@ -100,10 +127,22 @@ impl SimContainer {
             .bytes()
             .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
             as f64;
+        (period_ms, phase)
+    }
+
+    /// Working set at `now_ms`: a sine between the bounds, phase-shifted by the name.
+    pub fn memory_bytes(&self, now_ms: i64) -> u64 {
+        let (lo, hi) = if self.memory_min_bytes <= self.memory_max_bytes {
+            (self.memory_min_bytes, self.memory_max_bytes)
+        } else {
+            (self.memory_max_bytes, self.memory_min_bytes)
+        };
+        let (period_ms, phase) = self.period_and_phase();
         let x = (now_ms as f64 / period_ms) * std::f64::consts::TAU + phase;
         let span = (hi - lo) as f64;
         let v = lo as f64 + span * (0.5 + 0.5 * x.sin());
-        (v as u64).clamp(lo, hi)
+        // Page-aligned, as a kernel's working set is.
+        ((v as u64) & !4095).clamp(lo, hi)
     }
 }
 
@@ -121,6 +160,7 @@ impl SimNode {
                         name: format!("c{c}"),
                         created_ms: boot_ms,
                         cpu_cores: 0.001 * (1 + (p * 7 + c * 3) % 200) as f64,
+                        cpu_wobble: 0.0,
                         memory_min_bytes: (16 + (p % 32) as u64) << 20,
                         memory_max_bytes: (48 + (p % 64) as u64) << 20,
                         memory_period: Duration::from_secs(120 + (c as u64) * 30),
@@ -157,7 +197,7 @@ impl SimNode {
                         let started = c.started_ms(now_ms)?;
                         let memory = c.memory_bytes(now_ms);
                         node_cpu += c.cpu_seconds_all(now_ms);
-                        node_cores += c.cpu_cores;
+                        node_cores += c.cpu_cores_at(now_ms);
                         node_memory = node_memory.saturating_add(memory);
                         Some(ContainerStats {
                             name: c.name.clone(),
@@ -165,7 +205,7 @@ impl SimNode {
                             timestamp_ms: now_ms,
                             cpu_seconds_total: c.cpu_seconds(now_ms),
                             memory_working_set_bytes: memory,
-                            cpu_nanocores: Some((c.cpu_cores * 1e9) as u64),
+                            cpu_nanocores: Some((c.cpu_cores_at(now_ms) * 1e9) as u64),
                             terminated: false,
                         })
                     })
@@ -194,6 +234,7 @@ mod tests {
             name: "app".into(),
             created_ms: 1_000_000,
             cpu_cores: 0.25,
+            cpu_wobble: 0.0,
             memory_min_bytes: 100 << 20,
             memory_max_bytes: 200 << 20,
             memory_period: Duration::from_secs(60),
@@ -226,6 +267,28 @@ mod tests {
         assert!((b.cpu_seconds_total - a.cpu_seconds_total - (2.5 + 5.0)).abs() < 1e-9);
         assert_eq!(cb.timestamp_ms, 1_020_000);
         assert_eq!(ca.start_time_s, 1000.0);
+    }
+
+    #[test]
+    fn a_wobbling_rate_swings_but_the_counter_never_decreases_and_averages_out() {
+        let mut c = container(None);
+        c.cpu_wobble = 0.6;
+        let (mut lo, mut hi) = (f64::MAX, 0.0_f64);
+        let mut last = 0.0;
+        for step in 0..=60 {
+            let now = 1_000_000 + step * 1_000;
+            let total = c.cpu_seconds(now);
+            assert!(total >= last, "counter went back at {now}");
+            last = total;
+            let rate = c.cpu_cores_at(now);
+            lo = lo.min(rate);
+            hi = hi.max(rate);
+        }
+        // Over one full period (60 s) the swing integrates to zero: 0.25 cores on average.
+        assert!((last - 0.25 * 60.0).abs() < 1e-6, "{last}");
+        assert!(hi > 0.35 && lo < 0.15, "{lo}..{hi}");
+        // Page-aligned memory, as a kernel reports it.
+        assert_eq!(c.memory_bytes(1_030_000) % 4096, 0);
     }
 
     #[test]
