@@ -184,7 +184,7 @@ fn node_usage(model: &SimNode, at_ms: i64) -> (f64, f64) {
             .iter()
             .flat_map(|p| &p.containers)
             .filter(|c| c.created_ms <= at_ms)
-            .map(|c| c.cpu_cores)
+            .map(|c| c.cpu_cores_at(at_ms))
             .sum::<f64>();
     (cores, stats.memory_working_set_bytes as f64)
 }

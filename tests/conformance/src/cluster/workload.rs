@@ -245,7 +245,7 @@ pub fn generic_pods(
         }
         // Application load comes and goes: CPU swings around its mean.
         for part in &mut parts {
-            part.sim.cpu_wobble = 0.6;
+            part.sim.cpu_wobble = 0.5;
         }
         // Now and then a container that crashes and restarts (counter reset, new start).
         if rng.below(17) == 0 {

@@ -43,8 +43,8 @@ pub struct SimContainer {
     pub created_ms: i64,
     /// CPU use, in cores (the counter grows by this many seconds per second).
     pub cpu_cores: f64,
-    /// Relative amplitude (0 to 1) of a slow swing of the CPU rate around `cpu_cores` over
-    /// `memory_period`; 0 keeps the rate constant (what accuracy checks want).
+    /// Relative amplitude (0 to 1) of a slow swing of the CPU rate around `cpu_cores`, over
+    /// ten memory periods; 0 keeps the rate constant (what accuracy checks want).
     pub cpu_wobble: f64,
     /// Memory working set lower bound, bytes.
     pub memory_min_bytes: u64,
@@ -110,7 +110,7 @@ impl SimContainer {
     fn cpu_swing(&self) -> (f64, f64, f64) {
         let (period_ms, phase) = self.period_and_phase();
         (
-            std::f64::consts::TAU / period_ms,
+            std::f64::consts::TAU / (10.0 * period_ms),
             phase,
             self.cpu_wobble.clamp(0.0, 1.0),
         )
@@ -284,8 +284,16 @@ mod tests {
             lo = lo.min(rate);
             hi = hi.max(rate);
         }
-        // Over one full period (60 s) the swing integrates to zero: 0.25 cores on average.
-        assert!((last - 0.25 * 60.0).abs() < 1e-6, "{last}");
+        assert!(hi > lo, "{lo}..{hi}");
+        // Over one full swing (10 x 60 s) it integrates to zero: 0.25 cores on average.
+        let full = c.cpu_seconds(1_600_000);
+        assert!((full - 0.25 * 600.0).abs() < 1e-6, "{full}");
+        let rates: Vec<f64> = (0..600)
+            .map(|s| c.cpu_cores_at(1_000_000 + s * 1_000))
+            .collect();
+        let (lo, hi) = rates
+            .iter()
+            .fold((f64::MAX, 0.0_f64), |(l, h), &r| (l.min(r), h.max(r)));
         assert!(hi > 0.35 && lo < 0.15, "{lo}..{hi}");
         // Page-aligned memory, as a kernel reports it.
         assert_eq!(c.memory_bytes(1_030_000) % 4096, 0);
