@@ -209,7 +209,9 @@ impl Config {
     pub fn cold_store_window(&self) -> Duration {
         self.generic
             .cold_store_window
-            .map_or((self.resolution() * 2).max(Duration::from_secs(60)), |d| d.0)
+            .map_or((self.resolution() * 2).max(Duration::from_secs(60)), |d| {
+                d.0
+            })
     }
 
     /// The load shedder's settings (`--max-requests-inflight` and our shedding flags).

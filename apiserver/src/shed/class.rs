@@ -91,8 +91,7 @@ pub fn class_of(user: Option<&UserInfo>) -> Class {
     let Some(user) = user else {
         return Class::Default;
     };
-    if user.groups.iter().any(|g| g == MASTERS) || AGGREGATOR_USERS.contains(&user.name.as_str())
-    {
+    if user.groups.iter().any(|g| g == MASTERS) || AGGREGATOR_USERS.contains(&user.name.as_str()) {
         Class::Exempt
     } else if AUTOSCALER_USERS.contains(&user.name.as_str())
         || user.name.starts_with(KUBE_SYSTEM_SERVICE_ACCOUNTS)

@@ -45,9 +45,7 @@ pub struct WaitLabels {
 }
 
 /// Wait buckets, seconds (APF's `apiserver_flowcontrol_request_wait_duration_seconds`).
-const WAIT_BUCKETS: [f64; 11] = [
-    0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
-];
+const WAIT_BUCKETS: [f64; 11] = [0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 /// Every family, registered once.
 #[derive(Clone, Debug)]

@@ -210,7 +210,12 @@ impl Admission {
         }
     }
 
-    fn reject(&self, shape: Shape, flow: &str, rejection: Rejection) -> http::Response<crate::Body> {
+    fn reject(
+        &self,
+        shape: Shape,
+        flow: &str,
+        rejection: Rejection,
+    ) -> http::Response<crate::Body> {
         let mut seconds = self.tracker(shape.class).drop_one(Instant::now());
         if shape.hpa_shaped {
             seconds = seconds.min(HPA_MAX_RETRY_AFTER_SECONDS);

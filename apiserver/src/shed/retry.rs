@@ -20,8 +20,9 @@ pub fn cold_store_seconds(t: Duration) -> u32 {
 /// (`apiserver: pkg/util/flowcontrol/dropped_requests_tracker.go`): it starts at 1 s and
 /// doubles (up to `max`) when at least 3 x Retry-After requests were dropped within the last
 /// Retry-After seconds and Retry-After seconds have passed since the last increase. Where APF
-/// steps down by 1 s only on the next drop, this one also decays by 1 s for every second in
-/// which fewer than Retry-After requests were dropped, so a quiet class gets back to 1 s.
+/// steps down by 1 s only on the next drop, this one decays by 1 s for every second that the
+/// last Retry-After seconds held fewer than Retry-After drops, so a quiet class gets back to
+/// 1 s.
 #[derive(Debug)]
 pub struct Tracker {
     origin: Instant,
@@ -93,19 +94,25 @@ impl Tracker {
             .history
             .iter()
             .rev()
-            .take_while(|(second, _)| {
-                t.saturating_sub(*second) <= retry_after && *second >= s.increased_at
-            })
+            .take_while(|(second, _)| t.saturating_sub(*second) <= retry_after)
             .map(|(_, count)| count)
             .sum();
-        if t.saturating_sub(s.increased_at) >= retry_after && recent >= 3 * retry_after {
-            s.retry_after = (retry_after * 2).min(self.max_seconds);
-            s.increased_at = t;
+        // A window of Retry-After seconds since the last increase must have passed.
+        let settled = t.saturating_sub(s.increased_at) >= retry_after;
+        if settled && recent >= 3 * retry_after {
+            if retry_after < self.max_seconds {
+                s.retry_after = (retry_after * 2).min(self.max_seconds);
+                s.increased_at = t;
+            }
             s.decayed_at = t;
-        } else if recent < retry_after && retry_after > 1 {
+        } else if settled && recent < retry_after && retry_after > 1 {
             let elapsed = t.saturating_sub(s.decayed_at);
             let steps = if on_drop { elapsed.max(1) } else { elapsed };
-            s.retry_after = retry_after.saturating_sub(steps).max(1);
+            if steps > 0 {
+                s.retry_after = retry_after.saturating_sub(steps).max(1);
+                s.decayed_at = t;
+            }
+        } else {
             s.decayed_at = t;
         }
     }
