@@ -211,6 +211,7 @@ pub async fn run_with(
     ));
     let requests = Requests::new(&mut registry);
     let admission = Arc::new(Admission::new(config.shed(), store.clone(), &mut registry));
+    let cold_store = Arc::new(admission.cold_store());
     selfmetrics::register_process_metrics(&mut registry);
     let registry = Arc::new(registry);
 
@@ -249,6 +250,8 @@ pub async fn run_with(
     if let Some(d) = &delegation {
         filters.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
     }
+    // The cold-store 429 comes from the storage layer upstream: after authorization.
+    filters.push(cold_store);
     let router = Arc::new(filters.into_iter().fold(
         Router::new(health.clone(), api, registry, requests),
         Router::with_filter,

@@ -2,18 +2,20 @@
 //! of hanging. Modelled on kube-apiserver's max-in-flight filter, API Priority and Fairness
 //! and KEP-4568 (resilient watch-cache initialization); aggregation-contract §5.
 //!
-//! [`Admission`] is a [`Filter`] that sits after authentication (it needs the user) and
-//! before authorization (a shed request costs no SubjectAccessReview):
-//! 1. **Exempt**: `system:masters`, `system:kube-aggregator`, `system:aggregator`, and the
-//!    discovery, OpenAPI, `/version`, health and `/metrics` paths pass untouched.
-//! 2. **Cold store**: while the store has no node or no pod usage yet, and for at most the
-//!    startup window, cluster-wide LISTs get 429 `storage is (re)initializing` with
-//!    `Retry-After = clamp(e^(0.06 t), 1, 30)`; namespaced LISTs and GETs are served from what
-//!    exists.
-//! 3. **Seats**: `--max-requests-inflight` seats split between autoscalers (HPA, VPA,
-//!    kube-system service accounts) and everyone else; per-user fair queues with a bounded
-//!    length and wait; then a 429 with an adaptive Retry-After (at most 2 s for HPA-shaped
-//!    requests).
+//! Two [`Filter`]s, where kube-apiserver has the matching steps:
+//! - [`Admission`] (APF's place: after authentication, which it needs for the user, and
+//!   before authorization, so a shed request costs no SubjectAccessReview):
+//!   1. **Exempt**: `system:masters`, `system:kube-aggregator`, `system:aggregator`, and the
+//!      discovery, OpenAPI, `/version`, health and `/metrics` paths pass untouched.
+//!   2. **Seats**: `--max-requests-inflight` seats split between autoscalers (HPA, VPA,
+//!      kube-system service accounts) and everyone else; per-user fair queues with a bounded
+//!      length and wait; then a 429 with an adaptive Retry-After (at most 2 s for HPA-shaped
+//!      requests).
+//! - [`ColdStore`] (the storage layer's place: after authorization, so an unauthorized
+//!   caller still gets its 403): while the store has no node or no pod usage yet, and for at
+//!   most the startup window, cluster-wide LISTs get 429 `storage is (re)initializing` with
+//!   `Retry-After = clamp(e^(0.06 t), 1, 30)`; namespaced LISTs and GETs are served from what
+//!   exists. Exempt users and paths are exempt here too.
 //!
 //! Every 429 is a JSON `Status` (reason `TooManyRequests`, `details.retryAfterSeconds`) with
 //! an integer `Retry-After` header, and no `X-Kubernetes-PF-*` headers (kube-apiserver adds
@@ -116,7 +118,7 @@ impl Config {
 pub struct Admission {
     levels: [Arc<Level>; 2],
     trackers: [Tracker; 2],
-    cold: Cold,
+    cold: Arc<Cold>,
     metrics: Metrics,
     exempt: ClassMetrics,
     clock: fn() -> i64,
@@ -146,12 +148,12 @@ impl Admission {
                 Tracker::new(config.max_retry_after, started),
                 Tracker::new(config.max_retry_after, started),
             ],
-            cold: Cold {
+            cold: Arc::new(Cold {
                 store,
                 started,
                 window: config.cold_store_window,
                 warm: AtomicBool::new(config.cold_store_window.is_zero()),
-            },
+            }),
             exempt: metrics.class(Class::Exempt),
             metrics,
             clock: crate::serve::router::unix_now_ns,
@@ -162,6 +164,16 @@ impl Admission {
     pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The cold-store filter over the same store, start time and metrics; it goes after
+    /// authorization.
+    pub fn cold_store(&self) -> ColdStore {
+        ColdStore {
+            cold: Arc::clone(&self.cold),
+            metrics: self.metrics.clone(),
+            clock: self.clock,
+        }
     }
 
     /// The seats and queue of a limited class (`None` for [`Class::Exempt`]).
@@ -191,13 +203,6 @@ impl Admission {
             return Ok(Some(Box::new(ExemptSeat(self.exempt.clone()))));
         };
         let now = Instant::now();
-        if shape.cluster_wide_list
-            && let Some(seconds) = self.cold.retry_after(now, (self.clock)())
-        {
-            self.metrics.rejected(shape.class, STORAGE_INITIALIZING);
-            shed(shape.class, STORAGE_INITIALIZING, flow, seconds);
-            return Err(Status::too_many_requests(INITIALIZING, seconds).into_response());
-        }
         match level.acquire(flow).await {
             Ok(seat) => {
                 self.metrics.waited(shape.class, true, now.elapsed());
@@ -233,6 +238,51 @@ impl Filter for Admission {
             let shape = class::shape(&parts.method, parts.uri.path(), parts.uri.query(), user);
             match self.admit(shape, class::flow_of(user)).await {
                 Ok(guard) => Verdict::Pass(guard),
+                Err(response) => Verdict::Reject(response),
+            }
+        })
+    }
+}
+
+/// The KEP-4568 rule as a filter; see [`Admission::cold_store`].
+pub struct ColdStore {
+    cold: Arc<Cold>,
+    metrics: Metrics,
+    clock: fn() -> i64,
+}
+
+impl std::fmt::Debug for ColdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColdStore")
+            .field("cold", &self.cold)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ColdStore {
+    /// Passes everything but a cluster-wide LIST while the store is cold, which gets the 429.
+    pub fn check(&self, shape: Shape, flow: &str) -> Result<(), http::Response<crate::Body>> {
+        if !shape.cluster_wide_list {
+            return Ok(());
+        }
+        match self.cold.retry_after(Instant::now(), (self.clock)()) {
+            None => Ok(()),
+            Some(seconds) => {
+                self.metrics.rejected(shape.class, STORAGE_INITIALIZING);
+                shed(shape.class, STORAGE_INITIALIZING, flow, seconds);
+                Err(Status::too_many_requests(INITIALIZING, seconds).into_response())
+            }
+        }
+    }
+}
+
+impl Filter for ColdStore {
+    fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            let user = parts.extensions.get::<UserInfo>();
+            let shape = class::shape(&parts.method, parts.uri.path(), parts.uri.query(), user);
+            match self.check(shape, class::flow_of(user)) {
+                Ok(()) => Verdict::Pass(None),
                 Err(response) => Verdict::Reject(response),
             }
         })

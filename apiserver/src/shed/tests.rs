@@ -367,6 +367,7 @@ async fn status_json(response: http::Response<crate::Body>) -> (u16, String, ser
 #[tokio::test(start_paused = true)]
 async fn cold_store_rejects_cluster_wide_lists_on_keps_curve_until_ready() {
     let (admission, store, _registry) = admission(Config::default());
+    let cold = admission.cold_store();
     let jane = user("jane", &[]);
     let get = |path: &str| shape(&Method::GET, path, None, Some(&jane));
     let pods = get("/apis/metrics.k8s.io/v1/pods");
@@ -374,22 +375,24 @@ async fn cold_store_rejects_cluster_wide_lists_on_keps_curve_until_ready() {
     let namespaced = get("/apis/metrics.k8s.io/v1/namespaces/default/pods");
     let one = get("/apis/metrics.k8s.io/v1/nodes/n1");
 
-    let (code, retry, body) = status_json(admission.admit(pods, "jane").await.err().unwrap()).await;
+    let (code, retry, body) = status_json(cold.check(pods, "jane").err().unwrap()).await;
     assert_eq!((code, retry.as_str()), (429, "1"));
     assert_eq!(body["message"], "storage is (re)initializing");
     assert_eq!(body["reason"], "TooManyRequests");
     assert_eq!(body["details"]["retryAfterSeconds"], 1);
-    assert!(admission.admit(namespaced, "jane").await.is_ok());
-    assert!(admission.admit(one, "jane").await.is_ok());
+    assert!(cold.check(namespaced, "jane").is_ok());
+    assert!(cold.check(one, "jane").is_ok());
 
     tokio::time::advance(Duration::from_secs(30)).await;
-    let (_, retry, body) = status_json(admission.admit(nodes, "jane").await.err().unwrap()).await;
+    let (_, retry, body) = status_json(cold.check(nodes, "jane").err().unwrap()).await;
     assert_eq!(retry, "6", "e^(0.06*30) = 6.05");
     assert_eq!(body["details"]["retryAfterSeconds"], 6);
 
-    fill(&store);
+    // Admission itself is not about the store.
     assert!(admission.admit(pods, "jane").await.is_ok());
-    assert!(admission.admit(nodes, "jane").await.is_ok());
+    fill(&store);
+    assert!(cold.check(pods, "jane").is_ok());
+    assert!(cold.check(nodes, "jane").is_ok());
 }
 
 #[tokio::test(start_paused = true)]
@@ -398,11 +401,12 @@ async fn cold_store_gives_up_after_its_window() {
         cold_store_window: Duration::from_secs(20),
         ..Config::default()
     });
+    let cold = admission.cold_store();
     let pods = shape(&Method::GET, "/apis/metrics.k8s.io/v1/pods", None, None);
-    assert!(admission.admit(pods, "x").await.is_err());
+    assert!(cold.check(pods, "x").is_err());
     tokio::time::advance(Duration::from_secs(20)).await;
     assert!(
-        admission.admit(pods, "x").await.is_ok(),
+        cold.check(pods, "x").is_ok(),
         "served (empty) after the window"
     );
     // Zero: never.
@@ -410,7 +414,7 @@ async fn cold_store_gives_up_after_its_window() {
         cold_store_window: Duration::ZERO,
         ..Config::default()
     });
-    assert!(never.admit(pods, "x").await.is_ok());
+    assert!(never.cold_store().check(pods, "x").is_ok());
 }
 
 #[tokio::test(start_paused = true)]

@@ -4,7 +4,8 @@
 //! Most tests assemble the server from its public parts (the same ones `run` wires) so that
 //! a test filter can stand in for authentication before the admission filter (a user from
 //! `x-test-user` / `x-test-group`) and make handling slow after it (`x-test-delay-ms`), and
-//! so the test owns the store. The last test checks `run`'s own wiring from the flags.
+//! so the test owns the store; the cold-store filter comes last, where authorization would
+//! precede it. `run_wires_admission_from_the_flags` checks `run`'s own wiring.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -137,7 +138,8 @@ impl Stack {
         let router = Router::new(health, api, Arc::new(registry), requests)
             .with_filter(Arc::new(Identify))
             .with_filter(admission.clone())
-            .with_filter(Arc::new(Slow));
+            .with_filter(Arc::new(Slow))
+            .with_filter(Arc::new(admission.cold_store()));
         let key = cert::self_signed_in(tmp.path(), &["localhost".to_owned()]).unwrap();
         let listener = serve::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let server = Server::new(
