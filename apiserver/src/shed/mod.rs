@@ -260,19 +260,15 @@ impl std::fmt::Debug for ColdStore {
 }
 
 impl ColdStore {
-    /// Passes everything but a cluster-wide LIST while the store is cold, which gets the 429.
-    pub fn check(&self, shape: Shape, flow: &str) -> Result<(), http::Response<crate::Body>> {
+    /// The 429 for a cluster-wide LIST while the store is cold; `None` lets it pass.
+    pub fn reject(&self, shape: Shape, flow: &str) -> Option<http::Response<crate::Body>> {
         if !shape.cluster_wide_list {
-            return Ok(());
+            return None;
         }
-        match self.cold.retry_after(Instant::now(), (self.clock)()) {
-            None => Ok(()),
-            Some(seconds) => {
-                self.metrics.rejected(shape.class, STORAGE_INITIALIZING);
-                shed(shape.class, STORAGE_INITIALIZING, flow, seconds);
-                Err(Status::too_many_requests(INITIALIZING, seconds).into_response())
-            }
-        }
+        let seconds = self.cold.retry_after(Instant::now(), (self.clock)())?;
+        self.metrics.rejected(shape.class, STORAGE_INITIALIZING);
+        shed(shape.class, STORAGE_INITIALIZING, flow, seconds);
+        Some(Status::too_many_requests(INITIALIZING, seconds).into_response())
     }
 }
 
@@ -281,9 +277,9 @@ impl Filter for ColdStore {
         Box::pin(async move {
             let user = parts.extensions.get::<UserInfo>();
             let shape = class::shape(&parts.method, parts.uri.path(), parts.uri.query(), user);
-            match self.check(shape, class::flow_of(user)) {
-                Ok(()) => Verdict::Pass(None),
-                Err(response) => Verdict::Reject(response),
+            match self.reject(shape, class::flow_of(user)) {
+                None => Verdict::Pass(None),
+                Some(response) => Verdict::Reject(response),
             }
         })
     }

@@ -375,24 +375,24 @@ async fn cold_store_rejects_cluster_wide_lists_on_keps_curve_until_ready() {
     let namespaced = get("/apis/metrics.k8s.io/v1/namespaces/default/pods");
     let one = get("/apis/metrics.k8s.io/v1/nodes/n1");
 
-    let (code, retry, body) = status_json(cold.check(pods, "jane").err().unwrap()).await;
+    let (code, retry, body) = status_json(cold.reject(pods, "jane").unwrap()).await;
     assert_eq!((code, retry.as_str()), (429, "1"));
     assert_eq!(body["message"], "storage is (re)initializing");
     assert_eq!(body["reason"], "TooManyRequests");
     assert_eq!(body["details"]["retryAfterSeconds"], 1);
-    assert!(cold.check(namespaced, "jane").is_ok());
-    assert!(cold.check(one, "jane").is_ok());
+    assert!(cold.reject(namespaced, "jane").is_none());
+    assert!(cold.reject(one, "jane").is_none());
 
     tokio::time::advance(Duration::from_secs(30)).await;
-    let (_, retry, body) = status_json(cold.check(nodes, "jane").err().unwrap()).await;
+    let (_, retry, body) = status_json(cold.reject(nodes, "jane").unwrap()).await;
     assert_eq!(retry, "6", "e^(0.06*30) = 6.05");
     assert_eq!(body["details"]["retryAfterSeconds"], 6);
 
     // Admission itself is not about the store.
     assert!(admission.admit(pods, "jane").await.is_ok());
     fill(&store);
-    assert!(cold.check(pods, "jane").is_ok());
-    assert!(cold.check(nodes, "jane").is_ok());
+    assert!(cold.reject(pods, "jane").is_none());
+    assert!(cold.reject(nodes, "jane").is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -403,10 +403,10 @@ async fn cold_store_gives_up_after_its_window() {
     });
     let cold = admission.cold_store();
     let pods = shape(&Method::GET, "/apis/metrics.k8s.io/v1/pods", None, None);
-    assert!(cold.check(pods, "x").is_err());
+    assert!(cold.reject(pods, "x").is_some());
     tokio::time::advance(Duration::from_secs(20)).await;
     assert!(
-        cold.check(pods, "x").is_ok(),
+        cold.reject(pods, "x").is_none(),
         "served (empty) after the window"
     );
     // Zero: never.
@@ -414,7 +414,7 @@ async fn cold_store_gives_up_after_its_window() {
         cold_store_window: Duration::ZERO,
         ..Config::default()
     });
-    assert!(never.cold_store().check(pods, "x").is_ok());
+    assert!(never.cold_store().reject(pods, "x").is_none());
 }
 
 #[tokio::test(start_paused = true)]

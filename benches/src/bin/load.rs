@@ -11,8 +11,9 @@
 //! p50/p99 latency, the 429 rate and per-class throughput. The shedding mode uses
 //! `--max-requests-inflight=8` (2 autoscaler seats, 6 for the rest), 1 s queue wait.
 //!
-//! Usage: `cargo run --release -p benches --bin load [SECONDS] [FLOOD] [NODES]`
-//! (defaults 10, 32, 200; each node has 30 pods in 20 namespaces).
+//! Usage: `cargo run --release -p benches --bin load [SECONDS] [FLOOD] [NODES] [QUERY]`
+//! (defaults 10, 32, 200, none; each node has 30 pods in 20 namespaces; QUERY is added to the
+//! flood's list, e.g. `labelSelector=app%3Ddeploy-7` for a selective cluster-wide list).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -302,6 +303,7 @@ async fn run_mode(
     seconds: u64,
     flood: usize,
     nodes: usize,
+    flood_query: String,
 ) -> anyhow::Result<()> {
     let (inventory, store) = synthetic(nodes);
     let dir = tempfile::tempdir()?;
@@ -314,9 +316,10 @@ async fn run_mode(
     let mut tasks: JoinSet<(&'static str, anyhow::Result<Tally>)> = JoinSet::new();
     for i in 0..flood {
         let budget = budget.clone();
+        let flood_query = flood_query.clone();
         let user = flood_users[i % flood_users.len()];
         tasks.spawn(async move {
-            let path = "/apis/metrics.k8s.io/v1/pods".to_owned();
+            let path = format!("/apis/metrics.k8s.io/v1/pods{flood_query}");
             ("flood", client(addr, path, user, deadline, budget).await)
         });
     }
@@ -343,7 +346,7 @@ async fn run_mode(
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     for line in text
         .lines()
-        .filter(|l| l.starts_with("apiserver_flowcontrol_rejected_requests_total{"))
+        .filter(|l| l.starts_with("apiserver_flowcontrol_"))
     {
         println!("  {line}");
     }
@@ -358,13 +361,14 @@ async fn main() -> anyhow::Result<()> {
     let seconds: u64 = args.next().map_or(Ok(10), |a| a.parse())?;
     let flood: usize = args.next().map_or(Ok(32), |a| a.parse())?;
     let nodes: usize = args.next().map_or(Ok(200), |a| a.parse())?;
+    let flood_query = args.next().map_or_else(String::new, |q| format!("?{q}"));
     anyhow::ensure!((1..=120).contains(&seconds), "SECONDS must be in 1..=120");
     anyhow::ensure!((1..=512).contains(&flood), "FLOOD must be in 1..=512");
     println!(
         "nodes={nodes} pods={} flood_clients={flood} hpa_clients={HPA_CLIENTS} seconds={seconds}",
         nodes * PODS_PER_NODE
     );
-    run_mode("none", None, seconds, flood, nodes).await?;
+    run_mode("none", None, seconds, flood, nodes, flood_query.clone()).await?;
     let config = shed::Config {
         max_in_flight: 8,
         autoscaler_percent: 25,
@@ -373,6 +377,6 @@ async fn main() -> anyhow::Result<()> {
         cold_store_window: Duration::ZERO,
         ..shed::Config::default()
     };
-    run_mode("shed", Some(config), seconds, flood, nodes).await?;
+    run_mode("shed", Some(config), seconds, flood, nodes, flood_query).await?;
     Ok(())
 }
