@@ -9,6 +9,8 @@
 //! - [`api`]: discovery, OpenAPI, NodeMetrics/PodMetrics, selectors, Table.
 //! - [`health`]: `/livez`, `/readyz`, `/healthz` with metrics-server's check names.
 //! - [`selfmetrics`]: `/metrics` in Prometheus text.
+//! - [`shed`]: load shedding (exempt paths and users, per-class seats, per-user fair queues,
+//!   cold-store 429s), between authentication and authorization.
 //! - [`status`]: the Kubernetes `Status` body of every error response.
 //! - [`run`](mod@run): wiring every part together; [`run()`] is what the binary calls.
 
@@ -19,6 +21,7 @@ pub mod health;
 pub mod run;
 pub mod selfmetrics;
 pub mod serve;
+pub mod shed;
 pub mod status;
 
 pub use run::run;

@@ -25,6 +25,7 @@ use crate::config::{self, Config, TlsVersion};
 use crate::health::{self, Health};
 use crate::selfmetrics::{self, Requests};
 use crate::serve::{self, Filter, Router, Server, access, cert};
+use crate::shed::Admission;
 
 /// Why the server could not start or stopped on its own.
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +210,8 @@ pub async fn run_with(
         &mut registry,
     ));
     let requests = Requests::new(&mut registry);
+    let admission = Arc::new(Admission::new(config.shed(), store.clone(), &mut registry));
+    let cold_store = Arc::new(admission.cold_store());
     selfmetrics::register_process_metrics(&mut registry);
     let registry = Arc::new(registry);
 
@@ -243,9 +246,12 @@ pub async fn run_with(
     }
     // Load shedding (admission by user and request class) plugs in here, with `setup.filters`.
     filters.extend(setup.filters);
+    filters.push(admission);
     if let Some(d) = &delegation {
         filters.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
     }
+    // The cold-store 429 comes from the storage layer upstream: after authorization.
+    filters.push(cold_store);
     let router = Arc::new(filters.into_iter().fold(
         Router::new(health.clone(), api, registry, requests),
         Router::with_filter,

@@ -68,6 +68,28 @@ pub struct Generic {
     #[arg(long, value_name = "int", default_value_t = 200)]
     pub max_mutating_requests_inflight: u32,
 
+    /// (ours) Percent of --max-requests-inflight reserved for autoscalers (the HPA's and the
+    /// VPA's identities, kube-system service accounts, kube-controller-manager); everyone else
+    /// shares the rest. Each class gets at least one seat.
+    #[arg(long, value_name = "percent", default_value_t = 25)]
+    pub autoscaler_inflight_percent: u8,
+
+    /// (ours) How long a request may wait, in its user's queue, for a free seat before it
+    /// gets a 429. 0s: no queueing (a full class rejects at once, as max-in-flight).
+    #[arg(long, value_name = "duration", default_value = "3s")]
+    pub request_queue_wait: GoDuration,
+
+    /// (ours) Requests one user may have waiting in its class; more get a 429 at once.
+    /// 0: no queueing.
+    #[arg(long, value_name = "int", default_value_t = 10)]
+    pub request_queue_length_per_user: u32,
+
+    /// (ours) While the store has no node or no pod usage yet, and for at most this long after
+    /// start, cluster-wide lists get a 429 "storage is (re)initializing" (KEP-4568). 0s:
+    /// never. Default: 2 x --metric-resolution, at least 1m.
+    #[arg(long, value_name = "duration")]
+    pub cold_store_window: Option<GoDuration>,
+
     /// An optional field indicating the duration a handler must keep a request open before
     /// timing it out. Accepted for compatibility; every handler here answers from memory.
     #[arg(long, value_name = "duration", default_value = "1m0s")]

@@ -85,6 +85,9 @@ pub enum Error {
     /// A flag of ours out of range.
     #[error("--{0} must be positive")]
     NotPositive(&'static str),
+    /// A percentage flag of ours outside 1..=99.
+    #[error("--{0} must be between 1 and 99")]
+    Percent(&'static str),
 }
 
 /// The smallest `--metric-resolution` metrics-server accepts.
@@ -170,6 +173,9 @@ impl Config {
         if k.kubelet_max_body_bytes.0 == 0 {
             return Err(Error::NotPositive("kubelet-max-body-bytes"));
         }
+        if !(1..=99).contains(&self.generic.autoscaler_inflight_percent) {
+            return Err(Error::Percent("autoscaler-inflight-percent"));
+        }
         Ok(())
     }
 
@@ -197,6 +203,29 @@ impl Config {
             .readiness_timeout
             .map_or(self.resolution() * 2, |d| d.0);
         Some(timeout).filter(|t| !t.is_zero())
+    }
+
+    /// `--cold-store-window`, defaulting to 2 x resolution and at least 1m; zero: never.
+    pub fn cold_store_window(&self) -> Duration {
+        self.generic
+            .cold_store_window
+            .map_or((self.resolution() * 2).max(Duration::from_secs(60)), |d| {
+                d.0
+            })
+    }
+
+    /// The load shedder's settings (`--max-requests-inflight` and our shedding flags).
+    pub fn shed(&self) -> crate::shed::Config {
+        let g = &self.generic;
+        crate::shed::Config {
+            max_in_flight: usize::try_from(g.max_requests_inflight).unwrap_or(usize::MAX),
+            autoscaler_percent: g.autoscaler_inflight_percent,
+            queue_length_per_user: usize::try_from(g.request_queue_length_per_user)
+                .unwrap_or(usize::MAX),
+            queue_wait: g.request_queue_wait.0,
+            cold_store_window: self.cold_store_window(),
+            ..crate::shed::Config::default()
+        }
     }
 
     /// The store's settings.

@@ -8,4 +8,5 @@ mod health;
 mod http;
 mod metrics;
 mod security;
+mod shed;
 mod support;
