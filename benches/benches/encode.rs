@@ -3,7 +3,9 @@
 //! body drained frame by frame), plus the 5,000-node NodeMetricsList.
 //!
 //! The data comes from an in-memory `Source` (the same trait the live Inventory + Store pair
-//! implements), so the numbers are the API layer's alone.
+//! implements), so the numbers are the API layer's alone; `pods_150k_json_store` runs the same
+//! list through the real `scraper::inventory::Inventory` and `scraper::store::Store` (every
+//! node ingested twice so every pod has usage), i.e. what the server really does per list.
 //!
 //! `cargo bench -p benches --bench encode`
 
@@ -13,13 +15,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use apiserver::Body;
-use apiserver::api::{Handler, Source};
+use apiserver::api::{Handler, Live, Source};
 use criterion::{Criterion, Throughput, criterion_group};
 use http_body::Body as _;
 use prometheus_client::registry::Registry;
-use scraper::inventory::{Labels, NodeRecord, PodRecord};
-use scraper::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
+use scraper::inventory::{Inventory, Labels, NodeRecord, PodRecord};
+use scraper::point::{
+    ContainerSample, ContainerUsage, NodeName, NodeScrape, PodKey, PodUsage, Sample, Usage,
+};
 use scraper::selector::LabelSelector;
+use scraper::store::Store;
 
 const NOW_NS: i64 = 1_715_611_608_000_000_000;
 
@@ -167,6 +172,90 @@ impl Source for Memory {
     }
 }
 
+/// The real Inventory and Store with the same nodes, pods and labels as [`Memory::new`], every
+/// node ingested twice (15 s apart, ending 7 s before `NOW_NS`) so every pod has usage.
+fn live(nodes: usize, pods_per_node: usize) -> Live {
+    const SECOND: i64 = 1_000_000_000;
+    let inventory = Arc::new(Inventory::new());
+    let store = Arc::new(Store::new(scraper::store::Config::new(
+        std::time::Duration::from_secs(15),
+    )));
+    let interner = inventory.interner();
+    let mut node_records = Vec::new();
+    let mut pod_records = Vec::new();
+    let mut node_pods: Vec<Vec<(String, String)>> = Vec::new();
+    for n in 0..nodes {
+        let name = format!("node-{n:05}");
+        node_records.push(NodeRecord {
+            name: NodeName::from(name.as_str()),
+            labels: interner.labels([
+                ("kubernetes.io/hostname", name.as_str()),
+                ("kubernetes.io/os", "linux"),
+                ("node.kubernetes.io/instance-type", "m5.xlarge"),
+            ]),
+            addresses: Vec::new(),
+            kubelet_port: None,
+            metrics_path: None,
+        });
+        let mut pods = Vec::new();
+        for p in 0..pods_per_node {
+            let i = n * pods_per_node + p;
+            let ns = format!("team-{:03}", i % 500);
+            let app = format!("app-{:04}", i / 30);
+            let pod = format!("{app}-5d8f9c7b6-{i:06}");
+            pod_records.push(PodRecord {
+                key: PodKey::new(&ns, &pod),
+                labels: interner
+                    .labels([("app", app.as_str()), ("pod-template-hash", "5d8f9c7b6")]),
+                node_name: Some(NodeName::from(name.as_str())),
+            });
+            pods.push((ns, pod));
+        }
+        node_pods.push(pods);
+    }
+    inventory.replace_nodes(node_records);
+    inventory.replace_pods(pod_records);
+    for (round, ts) in [NOW_NS - 22 * SECOND, NOW_NS - 7 * SECOND]
+        .into_iter()
+        .enumerate()
+    {
+        let cpu = (round as u64 + 1) * 15 * 250_000_000;
+        let sample = |memory: u64| Sample {
+            timestamp_ns: ts,
+            cpu_usage_ns_total: Some(cpu),
+            cpu_nanocores: None,
+            memory_working_set_bytes: Some(memory),
+            start_time_ns: Some(NOW_NS - 3600 * SECOND),
+        };
+        for (n, pods) in node_pods.iter().enumerate() {
+            let containers = pods
+                .iter()
+                .flat_map(|(ns, pod)| {
+                    ["app", "istio-proxy"].map(|c| ContainerSample {
+                        namespace: ns.as_str().into(),
+                        pod: pod.as_str().into(),
+                        container: c.into(),
+                        sample: sample(12_533_760),
+                    })
+                })
+                .collect();
+            let scrape = NodeScrape {
+                node: Some(Sample {
+                    cpu_usage_ns_total: Some(cpu * 40),
+                    ..sample(1_731_416_064)
+                }),
+                containers,
+            };
+            store.ingest(
+                &NodeName::from(format!("node-{n:05}").as_str()),
+                &scrape,
+                ts,
+            );
+        }
+    }
+    Live { inventory, store }
+}
+
 /// Drains a body frame by frame; returns (bytes, frames, largest frame).
 fn drain(mut body: Body) -> (usize, usize, usize) {
     let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -195,7 +284,7 @@ fn request(path: &str, accept: &str) -> http::request::Parts {
     parts
 }
 
-fn run(h: &Handler<Memory>, parts: &http::request::Parts) -> (usize, usize, usize) {
+fn run<S: Source>(h: &Handler<S>, parts: &http::request::Parts) -> (usize, usize, usize) {
     match h.handle(parts, NOW_NS) {
         Some(r) => drain(r.into_body()),
         None => (0, 0, 0),
@@ -240,33 +329,60 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(bytes as u64));
         group.bench_function(name, |b| b.iter(|| run(&h, &parts)));
     }
+    drop(h);
+    // The same 150k-pod list through the real Inventory + Store.
+    let h = Handler::new(
+        live(5_000, 30),
+        LabelSelector::default(),
+        &mut Registry::default(),
+    );
+    let parts = request(
+        "/apis/metrics.k8s.io/v1beta1/pods",
+        "application/vnd.kubernetes.protobuf, */*",
+    );
+    let (bytes, frames, largest) = run(&h, &parts);
+    eprintln!("pods_150k_json_store: {bytes} bytes in {frames} frames (largest {largest} bytes)");
+    group.throughput(Throughput::Bytes(bytes as u64));
+    group.bench_function("pods_150k_json_store", |b| b.iter(|| run(&h, &parts)));
     group.finish();
 }
 
 criterion_group!(benches, bench);
 
 /// `ENCODE_ITERS=N` runs the 150,000-pod JSON list N times without criterion, for
-/// `perf stat` (instructions and CPU time are steadier than wall time on a shared machine).
+/// `perf stat` (instructions and CPU time are steadier than wall time on a shared machine);
+/// with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the fake.
 fn main() {
     if let Some(iters) = std::env::var("ENCODE_ITERS")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
     {
         let mut registry = Registry::default();
-        let h = Handler::new(
-            Memory::new(5_000, 30),
-            LabelSelector::default(),
-            &mut registry,
-        );
         let parts = request(
             "/apis/metrics.k8s.io/v1beta1/pods",
             "application/vnd.kubernetes.protobuf, */*",
         );
+        let store = std::env::var("ENCODE_SOURCE").is_ok_and(|s| s == "store");
         let mut total = 0;
-        for _ in 0..iters {
-            total += run(&h, &parts).0;
+        if store {
+            let h = Handler::new(live(5_000, 30), LabelSelector::default(), &mut registry);
+            for _ in 0..iters {
+                total += run(&h, &parts).0;
+            }
+        } else {
+            let h = Handler::new(
+                Memory::new(5_000, 30),
+                LabelSelector::default(),
+                &mut registry,
+            );
+            for _ in 0..iters {
+                total += run(&h, &parts).0;
+            }
         }
-        eprintln!("{iters} lists, {total} bytes");
+        eprintln!(
+            "{iters} lists, {total} bytes (source: {})",
+            if store { "store" } else { "memory" }
+        );
         return;
     }
     benches();

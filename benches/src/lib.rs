@@ -4,6 +4,9 @@
 //! # Layout
 //! - [`fixture`]: reads a file of the repository's `testdata/kubelet/`.
 //! - [`Payload`]: a named kubelet body with its source, ready to parse.
+//! - [`scale`]: the scale harness (the server binary against a simulated cluster).
+
+pub mod scale;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,11 @@
 //!
 //! [`SimNode`] is a workload model driven by a time parameter: CPU counters grow at a
 //! configured rate, memory wanders within bounds, containers restart.
+//!
+//! [`SimFleet`] serves many such nodes from one process (one port per node, one shared
+//! certificate), for scale harnesses.
 
+mod fleet;
 mod model;
 
 use std::convert::Infallible;
@@ -30,6 +34,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+pub use fleet::{Clock, FleetCounts, SimFleet};
 pub use model::{SimContainer, SimNode, SimPod};
 
 use crate::payload::{NodeStats, render_resource, render_summary};

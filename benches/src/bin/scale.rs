@@ -1,0 +1,139 @@
+//! The scale harness: the release `metrics-server` binary against a simulated cluster of
+//! NODES x PODS x CONTAINERS on loopback, measuring the server's resident set and CPU per node,
+//! the scrape success rate and cluster-wide list latency (see `benches::scale`).
+//!
+//! ```text
+//! cargo build --release -p apiserver --bin metrics-server -p benches --bin scale
+//! ./target/release/scale --nodes 5000 --pods-per-node 30 --containers 2 \
+//!     --resolution 15s --duration 120s
+//! ```
+//!
+//! Several sizes in one invocation: `--nodes 500,1000,2000,5000`. Each size prints a
+//! report and a `RESULT {json}` line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use benches::scale::cluster::Shape;
+use benches::scale::{Options, run};
+
+const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
+[--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
+[--setup-timeout 900s] [--server-bin PATH] [--server-arg FLAG]...";
+
+/// `15s`, `500ms`, `2m`, or plain seconds.
+fn duration(text: &str) -> anyhow::Result<Duration> {
+    let (num, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("bad duration {text:?}"))?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => bail!("bad duration unit in {text:?}"),
+    })
+}
+
+fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
+    let server_bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("metrics-server")))
+        .unwrap_or_else(|| PathBuf::from("target/release/metrics-server"));
+    let mut nodes = vec![5000];
+    let mut o = Options {
+        shape: Shape {
+            nodes: 5000,
+            pods_per_node: 30,
+            containers: 2,
+        },
+        resolution: Duration::from_secs(15),
+        duration: Duration::from_secs(120),
+        warmup_periods: 2,
+        lists: 5,
+        server_bin,
+        setup_timeout: Duration::from_secs(900),
+        server_args: Vec::new(),
+    };
+    let mut it = args.into_iter();
+    while let Some(flag) = it.next() {
+        let (flag, inline) = match flag.split_once('=') {
+            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
+            None => (flag, None),
+        };
+        let mut value = || -> anyhow::Result<String> {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--nodes" => {
+                nodes = value()?
+                    .split(',')
+                    .map(|s| s.trim().parse().context("--nodes"))
+                    .collect::<anyhow::Result<_>>()?;
+            }
+            "--pods-per-node" => o.shape.pods_per_node = value()?.parse()?,
+            "--containers" => o.shape.containers = value()?.parse()?,
+            "--resolution" => o.resolution = duration(&value()?)?,
+            "--duration" => o.duration = duration(&value()?)?,
+            "--warmup-periods" => o.warmup_periods = value()?.parse()?,
+            "--lists" => o.lists = value()?.parse()?,
+            "--setup-timeout" => o.setup_timeout = duration(&value()?)?,
+            "--server-bin" => o.server_bin = PathBuf::from(value()?),
+            "--server-arg" => o.server_args.push(value()?),
+            "-h" | "--help" => bail!("{USAGE}"),
+            other => bail!("unknown flag {other}\n{USAGE}"),
+        }
+    }
+    if nodes.iter().any(|&n| n == 0 || n > 20_000) {
+        bail!("--nodes must be within 1..=20000");
+    }
+    if o.duration > Duration::from_secs(3600) || o.resolution < Duration::from_secs(1) {
+        bail!("--duration must be at most 1h and --resolution at least 1s");
+    }
+    Ok((nodes, o))
+}
+
+fn main() -> ExitCode {
+    let (sizes, options) = match parse(std::env::args().skip(1).collect()) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return ExitCode::from(64);
+        }
+    };
+    tls::provider::install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut failed = false;
+    for nodes in sizes {
+        let mut o = options.clone();
+        o.shape.nodes = nodes;
+        match runtime.block_on(run(o)) {
+            Ok(report) => println!("RESULT {report}"),
+            Err(e) => {
+                eprintln!("scale run with {nodes} nodes failed: {e:#}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

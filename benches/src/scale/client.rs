@@ -1,0 +1,213 @@
+//! An HTTPS client for the server under test that authenticates the way kube-aggregator
+//! does: a front-proxy client certificate (CN `front-proxy-client`, issued by the control
+//! plane's front-proxy CA) plus `X-Remote-User` / `X-Remote-Group`. The server then asks the
+//! control plane for a SubjectAccessReview (cached), as in a real cluster.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt as _, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::task::JoinHandle;
+
+/// The user and group the requests are made as (`system:masters` is allowed everything by
+/// the control plane's SubjectAccessReview policy).
+pub const USER: &str = "scale-harness";
+/// The group of [`USER`].
+pub const GROUP: &str = "system:masters";
+
+/// One kept-alive HTTP/1.1 connection over TLS, reconnected when it breaks.
+pub struct Client {
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    conn: Option<(SendRequest<Empty<Bytes>>, JoinHandle<()>)>,
+}
+
+/// A response, drained.
+#[derive(Clone, Copy, Debug)]
+pub struct Fetched {
+    /// Status code.
+    pub status: StatusCode,
+    /// Body bytes.
+    pub bytes: usize,
+    /// Occurrences of the counted marker in the body.
+    pub marker_count: usize,
+    /// From sending the request to the response head.
+    pub first_byte: Duration,
+    /// From sending the request to the last body byte.
+    pub total: Duration,
+}
+
+impl Client {
+    /// A client for the server at `addr` (its serving certificate is self-signed and not
+    /// verified, as `insecureSkipTLSVerify` APIServices do) with this front-proxy identity.
+    pub fn new(addr: SocketAddr, front_proxy: &tls::Identity) -> anyhow::Result<Client> {
+        let mut config = tls::client::config(&tls::client::Verify::Insecure, Some(front_proxy))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Client {
+            addr,
+            config: Arc::new(config),
+            conn: None,
+        })
+    }
+
+    async fn connect(&self) -> anyhow::Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>)> {
+        let tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .with_context(|| format!("connecting to {}", self.addr))?;
+        tcp.set_nodelay(true)?;
+        let name = rustls_pki_types::ServerName::try_from("127.0.0.1")?;
+        let tls = tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(name, tcp)
+            .await
+            .context("TLS handshake with the server")?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        let driver = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok((sender, driver))
+    }
+
+    /// GETs `path` and drains the body, counting `marker` (across frame boundaries).
+    pub async fn get(&mut self, path: &str, marker: &[u8]) -> anyhow::Result<Fetched> {
+        let ready = match &mut self.conn {
+            Some((sender, _)) => sender.ready().await.is_ok(),
+            None => false,
+        };
+        if !ready {
+            if let Some((_, driver)) = self.conn.take() {
+                driver.abort();
+            }
+            self.conn = Some(self.connect().await?);
+        }
+        let Some((sender, _)) = &mut self.conn else {
+            anyhow::bail!("no connection");
+        };
+        let req = Request::get(path)
+            .header("host", "127.0.0.1")
+            .header("accept", "application/json")
+            .header("x-remote-user", USER)
+            .header("x-remote-group", GROUP)
+            .body(Empty::new())?;
+        let start = Instant::now();
+        let resp = sender.send_request(req).await;
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                self.conn = None;
+                return Err(e).context("sending the request");
+            }
+        };
+        let first_byte = start.elapsed();
+        let status = resp.status();
+        let mut body = resp.into_body();
+        let mut counter = Counter::new(marker);
+        let mut bytes = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.context("reading the body")?;
+            if let Ok(data) = frame.into_data() {
+                bytes += data.len();
+                counter.feed(&data);
+            }
+        }
+        Ok(Fetched {
+            status,
+            bytes,
+            marker_count: counter.count,
+            first_byte,
+            total: start.elapsed(),
+        })
+    }
+
+    /// GETs `path` and returns the body as text.
+    pub async fn text(&mut self, path: &str) -> anyhow::Result<(StatusCode, String)> {
+        let (sender, driver) = self.connect().await?;
+        let mut sender = sender;
+        let req = Request::get(path)
+            .header("host", "127.0.0.1")
+            .header("x-remote-user", USER)
+            .header("x-remote-group", GROUP)
+            .body(Empty::new())?;
+        let resp = sender.send_request(req).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        driver.abort();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+}
+
+/// Counts non-overlapping occurrences of a marker in a stream of chunks.
+struct Counter<'a> {
+    marker: &'a [u8],
+    /// The last `marker.len() - 1` bytes seen, for matches across chunks.
+    tail: Vec<u8>,
+    count: usize,
+}
+
+impl<'a> Counter<'a> {
+    fn new(marker: &'a [u8]) -> Self {
+        Counter {
+            marker,
+            tail: Vec::new(),
+            count: 0,
+        }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) {
+        let m = self.marker.len();
+        if m == 0 {
+            return;
+        }
+        // Matches that straddle the previous chunk and this one.
+        let mut joined = std::mem::take(&mut self.tail);
+        let head = &chunk[..chunk.len().min(m - 1)];
+        joined.extend_from_slice(head);
+        self.count += count(&joined, self.marker);
+        self.count += count(chunk, self.marker);
+        let keep = chunk.len().min(m - 1);
+        if keep == chunk.len() {
+            // A short chunk: keep whatever of the old tail still fits.
+            let start = joined.len().saturating_sub(m - 1);
+            self.tail = joined[start..].to_vec();
+        } else {
+            self.tail = chunk[chunk.len() - keep..].to_vec();
+        }
+    }
+}
+
+fn count(haystack: &[u8], needle: &[u8]) -> usize {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return 0;
+    }
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_counted_across_chunk_boundaries() {
+        let text = b"{\"window\":\"15s\"},{\"window\":\"15s\"},{\"window\":\"20s\"}";
+        for split in 1..text.len() {
+            let mut c = Counter::new(b"\"window\":");
+            let (a, b) = text.split_at(split);
+            c.feed(a);
+            c.feed(b);
+            assert_eq!(c.count, 3, "split at {split}");
+        }
+        let mut c = Counter::new(b"\"window\":");
+        for byte in text {
+            c.feed(std::slice::from_ref(byte));
+        }
+        assert_eq!(c.count, 3);
+    }
+}

@@ -1,0 +1,133 @@
+//! The simulated cluster the server runs against: the in-memory kube-apiserver (nodes, pods,
+//! the authentication ConfigMap, reviews) and one simulated kubelet per node.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use conformance::controlplane::{self, ControlPlane, CoreApi};
+use conformance::kubelet::{Clock, SimFleet, SimNode};
+use conformance::objects::{ContainerSpec, Objects};
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use http_body_util::BodyExt as _;
+use tokio_util::sync::CancellationToken;
+
+/// The object store behind the control plane's `/api/v1`.
+struct ObjectsCore(Objects);
+
+impl CoreApi for ObjectsCore {
+    fn handle(&self, req: Request<Bytes>) -> BoxFuture<'_, Option<Response<controlplane::Body>>> {
+        Box::pin(async move {
+            let resp = self.0.handle(req).await?;
+            Some(resp.map(|body| {
+                body.map_err(|e| Box::new(e) as controlplane::BoxError)
+                    .boxed()
+            }))
+        })
+    }
+
+    fn upsert_configmap(&self, namespace: &str, name: &str, data: BTreeMap<String, String>) {
+        self.0.upsert_configmap(namespace, name, &data);
+    }
+}
+
+/// The shape of the simulated cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Nodes.
+    pub nodes: usize,
+    /// Running pods per node.
+    pub pods_per_node: usize,
+    /// Containers per pod.
+    pub containers: usize,
+}
+
+/// The running control plane and kubelets.
+pub struct Cluster {
+    /// The in-memory kube-apiserver.
+    pub control_plane: ControlPlane,
+    /// Every node's kubelet.
+    pub fleet: SimFleet,
+    /// Its objects.
+    pub objects: Objects,
+}
+
+/// Node `i`'s name (`node-00042`).
+pub fn node_name(i: usize) -> String {
+    format!("node-{i:05}")
+}
+
+impl Cluster {
+    /// Starts the control plane and the kubelets and creates every Node (InternalIP
+    /// 127.0.0.1, the kubelet's port in `daemonEndpoints`) and Running Pod object, with the
+    /// names and namespaces the kubelets report. Bodies are rendered at `clock()`.
+    pub async fn start(
+        shape: Shape,
+        clock: Clock,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Cluster> {
+        let objects = Objects::new();
+        let control_plane = ControlPlane::start(
+            controlplane::Config {
+                core: Arc::new(ObjectsCore(objects.clone())),
+                ..controlplane::Config::default()
+            },
+            shutdown,
+        )
+        .await?;
+        let boot_ms = clock() - 3_600_000;
+        let models: Vec<SimNode> = (0..shape.nodes)
+            .map(|i| {
+                SimNode::generate(
+                    &node_name(i),
+                    shape.pods_per_node,
+                    shape.containers,
+                    boot_ms,
+                )
+            })
+            .collect();
+        let pods: Vec<Vec<(String, String)>> = models
+            .iter()
+            .map(|m| {
+                m.pods
+                    .iter()
+                    .map(|p| (p.namespace.clone(), p.name.clone()))
+                    .collect()
+            })
+            .collect();
+        let fleet = SimFleet::start(control_plane.cluster_ca(), models, clock).await?;
+        let containers: Vec<ContainerSpec> = (0..shape.containers)
+            .map(|c| ContainerSpec::new(&format!("c{c}")))
+            .collect();
+        for (i, pods) in pods.iter().enumerate() {
+            let name = node_name(i);
+            let port = fleet
+                .addr(i)
+                .map(|a| a.port())
+                .ok_or_else(|| anyhow::anyhow!("no kubelet for node {i}"))?;
+            objects.add_node(
+                &name,
+                &[("node.kubernetes.io/instance-type", "m5.xlarge")],
+                &[("InternalIP", "127.0.0.1"), ("Hostname", &name)],
+                port,
+            );
+            for (p, (namespace, pod)) in pods.iter().enumerate() {
+                let app = format!("app-{}", p % 10);
+                objects.add_pod(
+                    namespace,
+                    pod,
+                    &name,
+                    &[("app", &app), ("pod-template-hash", "5d8f9c7b6")],
+                    "Running",
+                    &containers,
+                );
+            }
+        }
+        Ok(Cluster {
+            control_plane,
+            fleet,
+            objects,
+        })
+    }
+}

@@ -1,0 +1,303 @@
+//! The scale harness behind `benches/src/bin/scale.rs`: the real `metrics-server` binary as a
+//! child process against a simulated cluster in this process (the in-memory kube-apiserver
+//! with every Node and Running Pod, and one HTTPS kubelet per node serving moving counters),
+//! measured from outside through `/proc/<pid>` and HTTPS.
+//!
+//! # Layout
+//! - [`cluster`]: the control plane with the objects and the kubelet fleet.
+//! - [`server`]: the child process.
+//! - [`client`]: HTTPS requests with front-proxy authentication.
+//! - [`procfs`]: resident set and CPU time of a process, busy time of the machine.
+
+pub mod client;
+pub mod cluster;
+pub mod procfs;
+pub mod server;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use self::client::{Client, Fetched};
+use self::cluster::{Cluster, Shape};
+use self::procfs::Proc;
+use self::server::Server;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The cluster shape.
+    pub shape: Shape,
+    /// `--metric-resolution`.
+    pub resolution: Duration,
+    /// The measured window (after set-up and warm-up).
+    pub duration: Duration,
+    /// Warm-up periods after every node has usage.
+    pub warmup_periods: u32,
+    /// Repetitions of each cluster-wide list.
+    pub lists: usize,
+    /// The `metrics-server` binary.
+    pub server_bin: PathBuf,
+    /// The longest set-up may take (objects, kubelets, server start, first usage everywhere).
+    pub setup_timeout: Duration,
+    /// Extra flags for the server.
+    pub server_args: Vec<String>,
+}
+
+/// Wall-clock Unix milliseconds: the simulated kubelets' "now".
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `metrics_server_kubelet_request_total{success="..."}` from the server's `/metrics`.
+fn scrape_counters(text: &str) -> (u64, u64) {
+    let value = |success: &str| {
+        let prefix = format!("metrics_server_kubelet_request_total{{success=\"{success}\"}}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    (value("true"), value("false"))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// Runs one size and prints the report; returns it as JSON.
+pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
+    let shape = options.shape;
+    let n = shape.nodes;
+    let pods_total = shape.nodes * shape.pods_per_node;
+    let resolution_arg = format!("{}ms", options.resolution.as_millis());
+    let me = Proc::current();
+    let shutdown = CancellationToken::new();
+    let deadline = Instant::now() + options.setup_timeout;
+
+    println!(
+        "scale: {n} nodes x {} pods x {} containers ({pods_total} pods), resolution {resolution_arg}, window {:?}",
+        shape.pods_per_node, shape.containers, options.duration
+    );
+    let t = Instant::now();
+    let clock: conformance::kubelet::Clock = Arc::new(unix_ms);
+    let cluster = Cluster::start(shape, clock, shutdown.clone()).await?;
+    let setup_cluster = t.elapsed();
+    println!(
+        "  simulated cluster up in {:.1} s: control plane {}, {} kubelets, harness RSS {:.0} MiB",
+        setup_cluster.as_secs_f64(),
+        cluster.control_plane.url(),
+        cluster.fleet.len(),
+        mib(me.rss_bytes()?)
+    );
+
+    // Kept after the run: the server's log, kubeconfig and serving certificate.
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("scale-{n}-"))
+        .tempdir()
+        .context("temporary directory")?
+        .keep();
+    let kubeconfig = dir.join("kubeconfig");
+    cluster.control_plane.kubeconfig(&kubeconfig)?;
+    let front_proxy = cluster
+        .control_plane
+        .front_proxy_ca()
+        .issue(&tls::issue::LeafSpec {
+            common_name: conformance::controlplane::FRONT_PROXY_CLIENT.to_owned(),
+            client: true,
+            ..Default::default()
+        })?;
+
+    let t_server = Instant::now();
+    let mut server = Server::start(
+        &options.server_bin,
+        &kubeconfig,
+        &dir,
+        &resolution_arg,
+        &options.server_args,
+    )?;
+    let server_proc = Proc::pid(server.pid());
+    println!(
+        "  server pid {} on {}: {} {}",
+        server.pid(),
+        server.addr,
+        options.server_bin.display(),
+        server.args.join(" ")
+    );
+    let mut client = Client::new(server.addr, &front_proxy.identity)?;
+
+    // Set-up ends when every node has usage (two scrapes each).
+    let nodes_path = "/apis/metrics.k8s.io/v1/nodes";
+    let pods_path = "/apis/metrics.k8s.io/v1/pods";
+    let mut last = String::new();
+    loop {
+        if !server.running() {
+            bail!(
+                "the server exited during set-up; see {}",
+                server.log.display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "set-up did not finish within {:?} (last: {last})",
+                options.setup_timeout
+            );
+        }
+        match client.get(nodes_path, b"\"window\":").await {
+            Ok(f) if f.status.is_success() && f.marker_count >= n => break,
+            Ok(f) => last = format!("{} with {} nodes", f.status, f.marker_count),
+            Err(e) => last = format!("{e:#}"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let setup_server = t_server.elapsed();
+    println!(
+        "  every node has usage {:.1} s after the server started (server RSS {:.1} MiB)",
+        setup_server.as_secs_f64(),
+        mib(server_proc.rss_bytes()?)
+    );
+    let warmup = options.resolution * options.warmup_periods;
+    tokio::time::sleep(warmup).await;
+
+    // The measured window.
+    let metrics_before = client.text("/metrics").await?;
+    let (ok_before, failed_before) = scrape_counters(&metrics_before.1);
+    let fleet_before = cluster.fleet.counts();
+    let server_cpu_before = server_proc.cpu_seconds()?;
+    let harness_cpu_before = me.cpu_seconds()?;
+    let machine_before = procfs::machine_ticks()?;
+    let rss_start = server_proc.rss_bytes()?;
+    let window_start = Instant::now();
+    let mut rss_max = rss_start;
+    let mut rss_samples = Vec::new();
+    while window_start.elapsed() < options.duration {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss = server_proc.rss_bytes()?;
+        rss_max = rss_max.max(rss);
+        rss_samples.push(rss);
+    }
+    let window = window_start.elapsed();
+    let server_cpu = server_proc.cpu_seconds()? - server_cpu_before;
+    let harness_cpu = me.cpu_seconds()? - harness_cpu_before;
+    let machine_after = procfs::machine_ticks()?;
+    let fleet_after = cluster.fleet.counts();
+    let rss_end = server_proc.rss_bytes()?;
+    let metrics_after = client.text("/metrics").await?;
+    let (ok_after, failed_after) = scrape_counters(&metrics_after.1);
+    let rss_mean = rss_samples.iter().sum::<u64>() / rss_samples.len().max(1) as u64;
+
+    let secs = window.as_secs_f64();
+    let server_millicores = server_cpu / secs * 1000.0;
+    let harness_millicores = harness_cpu / secs * 1000.0;
+    let machine_busy = (machine_after.0 - machine_before.0) as f64
+        / (machine_after.1 - machine_before.1).max(1) as f64;
+    let scrapes_ok = ok_after.saturating_sub(ok_before);
+    let scrapes_failed = failed_after.saturating_sub(failed_before);
+    let expected = n as f64 * secs / options.resolution.as_secs_f64();
+    let served = fleet_after.served - fleet_before.served;
+
+    println!("  measured window {secs:.1} s:");
+    println!(
+        "    server RSS {:.1} MiB at start, {:.1} MiB at end, {:.1} MiB max: {:.1} KiB per node (end)",
+        mib(rss_start),
+        mib(rss_end),
+        mib(rss_max),
+        rss_end as f64 / 1024.0 / n as f64
+    );
+    println!(
+        "    server CPU {server_cpu:.2} s = {server_millicores:.1} millicores = {:.5} millicores per node",
+        server_millicores / n as f64
+    );
+    println!(
+        "    scrapes: {scrapes_ok} ok, {scrapes_failed} failed (server counters); kubelets served {served}; expected {expected:.0} ({:.2}% of expected succeeded)",
+        100.0 * scrapes_ok as f64 / expected
+    );
+    println!(
+        "    harness (control plane + {n} kubelets) CPU {harness_cpu:.2} s = {harness_millicores:.0} millicores; machine busy {:.0}% of 2 cores; kubelet connections accepted {}",
+        machine_busy * 100.0,
+        fleet_after.connections
+    );
+
+    // Cluster-wide lists.
+    let mut lists = serde_json::Map::new();
+    for (name, path) in [("pods", pods_path), ("nodes", nodes_path)] {
+        let cpu_before = server_proc.cpu_seconds()?;
+        let mut fetched: Vec<Fetched> = Vec::new();
+        // One unmeasured request first: the connection and the SubjectAccessReview cache.
+        client.get("/apis/metrics.k8s.io/v1", b"").await?;
+        for _ in 0..options.lists {
+            let f = client.get(path, b"\"window\":").await?;
+            if !f.status.is_success() {
+                bail!("GET {path}: {}", f.status);
+            }
+            fetched.push(f);
+        }
+        let cpu = (server_proc.cpu_seconds()? - cpu_before) / options.lists.max(1) as f64;
+        let totals: Vec<Duration> = fetched.iter().map(|f| f.total).collect();
+        let first: Vec<Duration> = fetched.iter().map(|f| f.first_byte).collect();
+        let med = median(totals.clone());
+        let min = totals.iter().min().copied().unwrap_or_default();
+        let max = totals.iter().max().copied().unwrap_or_default();
+        let bytes = fetched.first().map_or(0, |f| f.bytes);
+        let items = fetched.first().map_or(0, |f| f.marker_count);
+        println!(
+            "    GET {path}: {items} items, {bytes} bytes; median {:.0} ms (min {:.0}, max {:.0}, first byte median {:.1} ms) over {} lists; server CPU {:.0} ms per list",
+            ms(med),
+            ms(min),
+            ms(max),
+            ms(median(first)),
+            options.lists,
+            cpu * 1000.0
+        );
+        lists.insert(
+            name.to_owned(),
+            json!({
+                "path": path, "items": items, "bytes": bytes, "median_ms": ms(med),
+                "min_ms": ms(min), "max_ms": ms(max), "server_cpu_ms_per_list": cpu * 1000.0,
+                "all_ms": totals.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+            }),
+        );
+    }
+    let rss_after_lists = server_proc.rss_bytes()?;
+    let peak = server_proc.peak_rss_bytes()?;
+    println!(
+        "    server RSS after the lists {:.1} MiB; peak (VmHWM, whole run incl. the initial pod list) {:.1} MiB",
+        mib(rss_after_lists),
+        mib(peak)
+    );
+
+    let server_log = server.log.clone();
+    let status = server.stop(Duration::from_secs(10));
+    println!("  server stopped: {status}; log {}", server_log.display());
+    shutdown.cancel();
+    cluster.fleet.shutdown().await;
+
+    Ok(json!({
+        "nodes": n, "pods_per_node": shape.pods_per_node, "containers": shape.containers,
+        "resolution_s": options.resolution.as_secs_f64(), "window_s": secs,
+        "setup_cluster_s": setup_cluster.as_secs_f64(), "setup_server_s": setup_server.as_secs_f64(),
+        "server_rss_bytes": {"start": rss_start, "end": rss_end, "mean": rss_mean, "max": rss_max,
+                             "after_lists": rss_after_lists, "peak_hwm": peak},
+        "server_kib_per_node": rss_end as f64 / 1024.0 / n as f64,
+        "server_cpu_s": server_cpu, "server_millicores": server_millicores,
+        "server_millicores_per_node": server_millicores / n as f64,
+        "scrapes": {"ok": scrapes_ok, "failed": scrapes_failed, "served": served, "expected": expected},
+        "harness_millicores": harness_millicores, "machine_busy_share": machine_busy,
+        "lists": lists,
+    }))
+}
