@@ -30,6 +30,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
 
 /// How long an idle kept-alive connection is pooled. Longer than any sane resolution, so
 /// each node's connection is reused from one period to the next (Go's `IdleConnTimeout`).
+/// Fixed size of each read from a kubelet connection.
+const READ_BUF_BYTES: usize = 16 * 1024;
+
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How to reach and authenticate to kubelets.
@@ -124,6 +127,10 @@ impl Client {
             .timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(1)
+            // Each kept-alive connection keeps its read buffer between scrapes: read in
+            // fixed 16 KiB steps instead of letting it grow to the body size (a 110-pod
+            // payload is ~120 KB), which measured as most of the per-node memory.
+            .http1_read_buf_exact_size(READ_BUF_BYTES)
             .build(connector);
         let authorization = match (&config.bearer_token, config.plain_http) {
             (Some(token), false) if !token.is_empty() => {

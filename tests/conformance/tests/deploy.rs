@@ -241,7 +241,7 @@ fn base_renders_what_the_aggregator_and_rbac_need() {
         );
         assert_eq!(
             c["resources"]["requests"],
-            json!({"cpu": "10m", "memory": "32Mi"})
+            json!({"cpu": "20m", "memory": "64Mi"})
         );
         assert_eq!(c["image"], "metrics-server-rs:dev");
         // --cert-dir=/tmp must be writable under a read-only root: an emptyDir at /tmp.
