@@ -155,17 +155,20 @@ async fn call(
     )
 }
 
-async fn get_json(cp: &ControlPlane, path: &str, accept: &str) -> (StatusCode, HeaderMap, Value) {
+/// GET `path` as the cluster admin (bearer token), with `headers` besides.
+async fn admin_get(
+    cp: &ControlPlane,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, Bytes) {
     let auth = format!("Bearer {}", cp.admin_token());
-    let (s, h, b) = call(
-        cp,
-        None,
-        Method::GET,
-        path,
-        &[("authorization", &auth), ("accept", accept)],
-        "",
-    )
-    .await;
+    let mut all = vec![("authorization", auth.as_str())];
+    all.extend_from_slice(headers);
+    call(cp, None, Method::GET, path, &all, "").await
+}
+
+async fn get_json(cp: &ControlPlane, path: &str, accept: &str) -> (StatusCode, HeaderMap, Value) {
+    let (s, h, b) = admin_get(cp, path, &[("accept", accept)]).await;
     (s, h, serde_json::from_slice(&b).unwrap_or(Value::Null))
 }
 
@@ -318,16 +321,7 @@ async fn unavailable_apiservice_answers_503_and_turns_stale() {
         a.message
     );
 
-    let auth = format!("Bearer {}", cp.admin_token());
-    let (status, headers, body) = call(
-        &cp,
-        None,
-        Method::GET,
-        "/apis/metrics.k8s.io/v1beta1/nodes",
-        &[("authorization", &auth)],
-        "",
-    )
-    .await;
+    let (status, headers, body) = admin_get(&cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(&body[..], b"service unavailable\n");
     assert!(headers.get("retry-after").is_none());
@@ -374,16 +368,7 @@ async fn unreachable_backend_is_a_503_with_the_error() {
     );
     backend_stop.cancel();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let auth = format!("Bearer {}", cp.admin_token());
-    let (status, headers, body) = call(
-        &cp,
-        None,
-        Method::GET,
-        "/apis/metrics.k8s.io/v1beta1/nodes",
-        &[("authorization", &auth)],
-        "",
-    )
-    .await;
+    let (status, headers, body) = admin_get(&cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         headers.get("content-type").unwrap(),
