@@ -58,9 +58,14 @@ fn scrape(node: Option<Sample>, containers: Vec<ContainerSample<'static>>) -> No
 }
 
 /// Ingests one container's sample alone, scraped at the sample's own timestamp.
-fn ingest_one(store: &Store, n: &NodeName, pod: &str, c: &str, s: Sample) -> Ingested {
+fn ingest_container(store: &Store, n: &NodeName, pod: &str, c: &str, s: Sample) -> Ingested {
     let now = s.timestamp_ns;
     store.ingest(n, &scrape(None, vec![container(pod, c, s)]), now)
+}
+
+/// Ingests `pod1`'s container `c1` alone, as [`ingest_container`].
+fn ingest_c1(store: &Store, n: &NodeName, s: Sample) -> Ingested {
+    ingest_container(store, n, "pod1", "c1", s)
 }
 
 /// Ingests a node's own sample alone, scraped at the sample's own timestamp.
@@ -200,24 +205,12 @@ fn pod_not_fresh_needs_two_batches() {
     let store = store(60);
     let n = name("node1");
     let t1 = T0 + 120 * SECOND;
-    let first = ingest_one(
-        &store,
-        &n,
-        "pod1",
-        "c1",
-        sample(t1, T0, CORE_SECOND, 4 * MIB),
-    );
+    let first = ingest_c1(&store, &n, sample(t1, T0, CORE_SECOND, 4 * MIB));
     assert_eq!((first.pods, first.pods_with_usage), (1, 0));
     assert_eq!(store.pod("ns", "pod1", t1), None);
 
     let t2 = T0 + 125 * SECOND;
-    let second = ingest_one(
-        &store,
-        &n,
-        "pod1",
-        "c1",
-        sample(t2, T0, 6 * CORE_SECOND, 5 * MIB),
-    );
+    let second = ingest_c1(&store, &n, sample(t2, T0, 6 * CORE_SECOND, 5 * MIB));
     assert_eq!((second.pods, second.pods_with_usage), (1, 1));
     let pod = store
         .pod("ns", "pod1", t2)
@@ -326,29 +319,15 @@ fn restarted_container_uses_the_window_from_its_start_time() {
     let store = store(60);
     let n = name("node1");
     let old_start = T0 - 3600 * SECOND;
-    ingest_one(
-        &store,
-        &n,
-        "pod1",
-        "c1",
-        sample(T0, old_start, 100 * CORE_SECOND, MIB),
-    );
+    ingest_c1(&store, &n, sample(T0, old_start, 100 * CORE_SECOND, MIB));
     let t1 = T0 + 10 * SECOND;
-    ingest_one(
-        &store,
-        &n,
-        "pod1",
-        "c1",
-        sample(t1, old_start, 101 * CORE_SECOND, MIB),
-    );
+    ingest_c1(&store, &n, sample(t1, old_start, 101 * CORE_SECOND, MIB));
     assert!(store.pod("ns", "pod1", t1).is_some());
     // Restarted at +15s, scraped at +25s with 5 core-seconds: 500m over 10s.
     let t2 = T0 + 25 * SECOND;
-    ingest_one(
+    ingest_c1(
         &store,
         &n,
-        "pod1",
-        "c1",
         sample(t2, T0 + 15 * SECOND, 5 * CORE_SECOND, 2 * MIB),
     );
     let pod = store
@@ -368,42 +347,18 @@ fn restarted_container_too_young_or_too_old_hides_the_pod_for_one_cycle() {
         let store = store(60);
         let n = name("node1");
         let old_start = T0 - 3600 * SECOND;
-        ingest_one(
-            &store,
-            &n,
-            "pod1",
-            "c1",
-            sample(T0, old_start, 100 * CORE_SECOND, MIB),
-        );
+        ingest_c1(&store, &n, sample(T0, old_start, 100 * CORE_SECOND, MIB));
         let t1 = T0 + 10 * SECOND;
-        ingest_one(
-            &store,
-            &n,
-            "pod1",
-            "c1",
-            sample(t1, old_start, 110 * CORE_SECOND, MIB),
-        );
+        ingest_c1(&store, &n, sample(t1, old_start, 110 * CORE_SECOND, MIB));
         assert!(store.pod("ns", "pod1", t1).is_some());
 
         let t2 = t1 + (age_s + 1) * SECOND;
         let restart = t2 - age_s * SECOND;
-        ingest_one(
-            &store,
-            &n,
-            "pod1",
-            "c1",
-            sample(t2, restart, CORE_SECOND, MIB),
-        );
+        ingest_c1(&store, &n, sample(t2, restart, CORE_SECOND, MIB));
         assert_eq!(store.pod("ns", "pod1", t2), None, "age {age_s}s");
 
         let t3 = t2 + 10 * SECOND;
-        ingest_one(
-            &store,
-            &n,
-            "pod1",
-            "c1",
-            sample(t3, restart, 3 * CORE_SECOND, MIB),
-        );
+        ingest_c1(&store, &n, sample(t3, restart, 3 * CORE_SECOND, MIB));
         let pod = store
             .pod("ns", "pod1", t3)
             .expect("back on the next scrape");
@@ -474,19 +429,11 @@ fn start_time_decrease_skips_the_container() {
     let store = store(60);
     let n = name("node1");
     let start = T0 - 3600 * SECOND;
-    ingest_one(
-        &store,
-        &n,
-        "pod1",
-        "c1",
-        sample(T0, start, 50 * CORE_SECOND, MIB),
-    );
+    ingest_c1(&store, &n, sample(T0, start, 50 * CORE_SECOND, MIB));
     let t1 = T0 + 10 * SECOND;
-    ingest_one(
+    ingest_c1(
         &store,
         &n,
-        "pod1",
-        "c1",
         sample(t1, start - SECOND, 60 * CORE_SECOND, MIB),
     );
     assert_eq!(store.pod("ns", "pod1", t1), None);
@@ -653,13 +600,7 @@ fn store_with_pods_only() -> Store {
     let n = name("node1");
     let start = T0 - 3600 * SECOND;
     for (ts, cpu) in [(T0, 10), (T0 + 10 * SECOND, 20)] {
-        ingest_one(
-            &store,
-            &n,
-            "pod1",
-            "c1",
-            sample(ts, start, cpu * CORE_SECOND, MIB),
-        );
+        ingest_c1(&store, &n, sample(ts, start, cpu * CORE_SECOND, MIB));
     }
     store
 }
@@ -850,7 +791,7 @@ fn remove_node_drops_its_pods_only() {
     let start = T0 - 3600 * SECOND;
     let n2 = name("node2");
     for (ts, cpu) in [(T0, 10), (t, 25)] {
-        ingest_one(
+        ingest_container(
             &store,
             &n2,
             "pod2",
@@ -887,7 +828,7 @@ fn pods_missing_from_the_next_scrape_are_dropped() {
     store.ingest(&n, &scrape(None, both(t1, 2 * CORE_SECOND)), t1);
     assert!(store.pod("ns", "pod2", t1).is_some());
     let t2 = T0 + 20 * SECOND;
-    ingest_one(
+    ingest_container(
         &store,
         &n,
         "pod1",
@@ -974,26 +915,14 @@ fn pod_of_a_stale_owner_is_taken_over_without_its_history() {
     let b = name("node2");
     let start = T0 - 60 * SECOND;
     let later = t + 31 * SECOND; // node1 is stale now
-    ingest_one(
-        &store,
-        &b,
-        "pod1",
-        "c1",
-        sample(later, start, 2 * CORE_SECOND, MIB),
-    );
+    ingest_c1(&store, &b, sample(later, start, 2 * CORE_SECOND, MIB));
     assert_eq!(
         store.pod("ns", "pod1", later),
         None,
         "no pairing with node1's counters"
     );
     let t2 = later + 15 * SECOND;
-    ingest_one(
-        &store,
-        &b,
-        "pod1",
-        "c1",
-        sample(t2, start, 5 * CORE_SECOND, MIB),
-    );
+    ingest_c1(&store, &b, sample(t2, start, 5 * CORE_SECOND, MIB));
     let pod = store.pod("ns", "pod1", t2).expect("node2 owns it");
     assert_eq!(pod.node, b);
     assert_eq!(&*pod.containers, &[container_usage("c1", 200_000_000, MIB)]);
