@@ -13,8 +13,6 @@ use conformance::aggregator::{self, ApiService};
 use conformance::controlplane::{self, ControlPlane, User, serve};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -125,18 +123,11 @@ async fn call(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (StatusCode, HeaderMap, Bytes) {
-    let mut config = tls::client::config(
+    let client = conformance::https::client::<Full<Bytes>>(
         &tls::client::Verify::Roots(vec![cp.cluster_ca().cert().clone()]),
         identity,
     )
     .unwrap();
-    config.alpn_protocols.clear();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_only()
-        .enable_http1()
-        .build();
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
     let mut req = Request::builder()
         .method(method)
         .uri(format!("{}{path}", cp.url()));
@@ -873,14 +864,8 @@ async fn the_real_authenticator_trusts_the_aggregator_and_asks_for_reviews() {
     );
 
     // Straight to the backend with a bearer token: a TokenReview from the server's own client.
-    let mut config = tls::client::config(&tls::client::Verify::Insecure, None).unwrap();
-    config.alpn_protocols.clear();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_only()
-        .enable_http1()
-        .build();
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let client =
+        conformance::https::client::<Full<Bytes>>(&tls::client::Verify::Insecure, None).unwrap();
     let req = Request::get(format!(
         "{url}/apis/metrics.k8s.io/v1beta1/namespaces/default/pods"
     ))
