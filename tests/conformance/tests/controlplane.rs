@@ -24,15 +24,22 @@ struct Backend {
     failing: Arc<AtomicBool>,
 }
 
-async fn backend(shutdown: &CancellationToken) -> Backend {
+/// A TLS config for a self-signed `localhost` / 127.0.0.1 certificate (offering HTTP/2 when
+/// `http2`), a listener on 127.0.0.1 and its `https://` URL.
+async fn self_signed_listener(http2: bool) -> (rustls::ServerConfig, TcpListener, String) {
     let identity = tls::issue::self_signed("localhost", &["127.0.0.1".to_owned()])
         .unwrap()
         .identity;
     let key = tls::server::certified_key(&identity).unwrap();
     let config =
-        tls::server::config(Arc::new(rustls::sign::SingleCertAndKey::from(key)), false).unwrap();
+        tls::server::config(Arc::new(rustls::sign::SingleCertAndKey::from(key)), http2).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());
+    (config, listener, url)
+}
+
+async fn backend(shutdown: &CancellationToken) -> Backend {
+    let (config, listener, url) = self_signed_listener(false).await;
     let failing = Arc::new(AtomicBool::new(false));
     let fail = failing.clone();
     let handler: serve::Handler = Arc::new(
@@ -740,14 +747,7 @@ async fn real_auth_backend(cp: &ControlPlane, shutdown: &CancellationToken) -> S
     let authz =
         Arc::new(apiserver::auth::Authorizer::new(Default::default(), Some(client)).unwrap());
 
-    let identity = tls::issue::self_signed("localhost", &["127.0.0.1".to_owned()])
-        .unwrap()
-        .identity;
-    let key = tls::server::certified_key(&identity).unwrap();
-    let tls_config =
-        tls::server::config(Arc::new(rustls::sign::SingleCertAndKey::from(key)), true).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
+    let (tls_config, listener, url) = self_signed_listener(true).await;
     let handler: serve::Handler = Arc::new(
         move |req: Request<hyper::body::Incoming>, peer: serve::Peer| {
             let (authn, authz) = (authn.clone(), authz.clone());
