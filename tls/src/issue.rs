@@ -302,6 +302,24 @@ mod tests {
         )
     }
 
+    /// Verifies `der` for client authentication against `ca` alone, now.
+    fn verify_client_cert(ca: &Ca, der: &CertificateDer<'_>) -> Result<(), webpki::Error> {
+        let anchor = webpki::anchor_from_trusted_cert(ca.cert()).unwrap();
+        let leaf = webpki::EndEntityCert::try_from(der).unwrap();
+        leaf.verify_for_usage(
+            crate::provider::provider()
+                .signature_verification_algorithms
+                .all,
+            &[anchor],
+            &[],
+            rustls_pki_types::UnixTime::now(),
+            webpki::KeyUsage::client_auth(),
+            None,
+            None,
+        )
+        .map(|_| ())
+    }
+
     #[test]
     fn several_organizations_are_all_written_and_the_certificate_still_verifies() {
         let ca = Ca::new("cluster-ca").unwrap();
@@ -328,20 +346,7 @@ mod tests {
         let from_pem = crate::pem::certs_from_slice(issued.cert_pem.as_bytes(), "pem").unwrap();
         assert_eq!(from_pem, vec![der.clone()]);
         // The new signature is the CA's: the chain verifies for client authentication.
-        let anchor = webpki::anchor_from_trusted_cert(ca.cert()).unwrap();
-        let leaf = webpki::EndEntityCert::try_from(der).unwrap();
-        leaf.verify_for_usage(
-            crate::provider::provider()
-                .signature_verification_algorithms
-                .all,
-            &[anchor],
-            &[],
-            rustls_pki_types::UnixTime::now(),
-            webpki::KeyUsage::client_auth(),
-            None,
-            None,
-        )
-        .unwrap();
+        verify_client_cert(&ca, der).unwrap();
         // And the key still matches it (a TLS identity).
         crate::server::certified_key(&issued.identity).unwrap();
     }
@@ -360,22 +365,7 @@ mod tests {
         let subject = subject_der("bob", &["a".to_owned(), "b".to_owned()]);
         let forged = with_subject(&issued.identity.chain[0], &subject, other.issuer.key()).unwrap();
         assert_eq!(subject_of(&forged).1, ["a", "b"]);
-        let anchor = webpki::anchor_from_trusted_cert(ca.cert()).unwrap();
-        let leaf = webpki::EndEntityCert::try_from(&forged).unwrap();
-        assert!(
-            leaf.verify_for_usage(
-                crate::provider::provider()
-                    .signature_verification_algorithms
-                    .all,
-                &[anchor],
-                &[],
-                rustls_pki_types::UnixTime::now(),
-                webpki::KeyUsage::client_auth(),
-                None,
-                None,
-            )
-            .is_err()
-        );
+        assert!(verify_client_cert(&ca, &forged).is_err());
     }
 
     #[test]

@@ -123,7 +123,8 @@ fn write_usage(out: &mut Vec<u8>, cpu_nanocores: u64, memory_bytes: u64) {
     out.extend_from_slice(b"\"}");
 }
 
-fn write_type_meta(out: &mut Vec<u8>, kind: &str, api_version: &str) {
+/// `"kind":"…","apiVersion":"…",` (the caller opens the object).
+pub(crate) fn write_type_meta(out: &mut Vec<u8>, kind: &str, api_version: &str) {
     out.extend_from_slice(b"\"kind\":\"");
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(b"\",\"apiVersion\":\"");

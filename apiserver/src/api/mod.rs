@@ -243,21 +243,13 @@ impl<S: Source> Handler<S> {
             return plain(accept, &self.discovery.apis);
         }
         let etag = &self.discovery.aggregated_etag;
-        let not_modified = parts
-            .headers
-            .get(header::IF_NONE_MATCH)
-            .is_some_and(|v| v.as_bytes() == etag.as_bytes());
-        let mut r = if not_modified {
-            let mut r = Response::new(crate::full(Bytes::new()));
-            *r.status_mut() = StatusCode::NOT_MODIFIED;
-            r
-        } else {
+        let mut r = unless_not_modified(parts, etag, || {
             response(
                 StatusCode::OK,
                 AGGREGATED_CONTENT_TYPE,
                 crate::full(self.discovery.aggregated.clone()),
             )
-        };
+        });
         let h = r.headers_mut();
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
         h.insert(header::VARY, HeaderValue::from_static("Accept"));
@@ -476,6 +468,30 @@ fn go_quote(s: &str) -> String {
     out
 }
 
+/// An empty response with `status`.
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(crate::full(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+/// An empty 304 when the request's `If-None-Match` is `etag`, else `fresh()`.
+fn unless_not_modified(
+    parts: &Parts,
+    etag: &str,
+    fresh: impl FnOnce() -> Response<Body>,
+) -> Response<Body> {
+    let not_modified = parts
+        .headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    if not_modified {
+        empty(StatusCode::NOT_MODIFIED)
+    } else {
+        fresh()
+    }
+}
+
 /// A discovery document with plain negotiation (406 when JSON is not acceptable).
 fn plain(accept: Option<&str>, body: &Bytes) -> Response<Body> {
     match accept::negotiate(accept, Endpoint::Plain) {
@@ -494,8 +510,7 @@ fn serve_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Re
         && !hash.is_empty()
     {
         if hash != doc.hash {
-            let mut r = Response::new(crate::full(Bytes::new()));
-            *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+            let mut r = empty(StatusCode::MOVED_PERMANENTLY);
             if let Ok(v) = HeaderValue::from_str(&format!("{path}?hash={}", doc.hash)) {
                 r.headers_mut().insert(header::LOCATION, v);
             }
@@ -503,17 +518,9 @@ fn serve_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Re
         }
         immutable = true;
     }
-    let not_modified = parts
-        .headers
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
-    let mut r = if not_modified {
-        let mut r = Response::new(crate::full(Bytes::new()));
-        *r.status_mut() = StatusCode::NOT_MODIFIED;
-        r
-    } else {
+    let mut r = unless_not_modified(parts, &etag, || {
         json_response(crate::full(doc.body.clone()))
-    };
+    });
     let h = r.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
@@ -594,11 +601,9 @@ fn table_head(out: &mut Vec<u8>, ctx: &Ctx, has_rows: bool) {
 }
 
 fn list_head(out: &mut Vec<u8>, kind: &str, api_version: &str) {
-    out.extend_from_slice(b"{\"kind\":\"");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\",\"apiVersion\":\"");
-    out.extend_from_slice(api_version.as_bytes());
-    out.extend_from_slice(b"\",\"metadata\":{},\"items\":");
+    out.push(b'{');
+    encode::write_type_meta(out, kind, api_version);
+    out.extend_from_slice(b"\"metadata\":{},\"items\":");
 }
 
 /// How a list of one resource is written.

@@ -5,6 +5,8 @@
 //! at scale -9 in DecimalSI, memory as bytes at scale 0 in BinarySI. Values above
 //! `i64::MAX` lose their last decimal digit (`NewScaledQuantity(val/10, scale+1)`).
 
+use std::ops::{DivAssign, MulAssign, Rem};
+
 /// Decimal SI suffixes by exponent / 3, from 10^-9 (`n`) to 10^18 (`E`).
 const DECIMAL_SUFFIXES: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
 /// Binary SI suffixes by power of 1024.
@@ -66,23 +68,7 @@ fn write_decimal_si(out: &mut Vec<u8>, mantissa: u128, scale: i32) {
         out.push(b'0');
         return;
     }
-    let mut amount = mantissa;
-    let mut exponent = scale;
-    while amount.is_multiple_of(10) {
-        amount /= 10;
-        exponent += 1;
-    }
-    match exponent.rem_euclid(3) {
-        1 => {
-            amount *= 10;
-            exponent -= 1;
-        }
-        2 => {
-            amount *= 100;
-            exponent -= 2;
-        }
-        _ => {}
-    }
+    let (mut amount, mut exponent) = canonical(mantissa, scale);
     // Beyond `E` Go has no suffix; our inputs (< 2^64 nanocores or bytes) never get there,
     // but stay exact anyway by writing the zeros out.
     while exponent > 18 {
@@ -90,10 +76,7 @@ fn write_decimal_si(out: &mut Vec<u8>, mantissa: u128, scale: i32) {
         exponent -= 3;
     }
     write_u128(out, amount);
-    let index = (exponent / 3 + 3) as usize;
-    if let Some(suffix) = DECIMAL_SUFFIXES.get(index) {
-        out.extend_from_slice(suffix.as_bytes());
-    }
+    push_decimal_suffix(out, exponent);
 }
 
 /// [`write_decimal_si`] for mantissas up to `u64::MAX / 100` (the x100 cannot overflow).
@@ -102,25 +85,40 @@ fn write_decimal_si_u64(out: &mut Vec<u8>, mantissa: u64, scale: i32) {
         out.push(b'0');
         return;
     }
-    let mut amount = mantissa;
-    let mut exponent = scale;
-    while amount.is_multiple_of(10) {
-        amount /= 10;
+    let (amount, exponent) = canonical(mantissa, scale);
+    write_u64(out, amount);
+    // Exponents stay within -9..=18 for these inputs.
+    push_decimal_suffix(out, exponent);
+}
+
+/// A non-zero `amount` x 10^`exponent` with the factors of ten stripped into the exponent,
+/// then the exponent brought down to a multiple of three (the amount must have room for
+/// a x100).
+fn canonical<T>(mut amount: T, mut exponent: i32) -> (T, i32)
+where
+    T: Copy + PartialEq + From<u8> + Rem<Output = T> + DivAssign + MulAssign,
+{
+    let (zero, ten) = (T::from(0), T::from(10));
+    while amount % ten == zero {
+        amount /= ten;
         exponent += 1;
     }
     match exponent.rem_euclid(3) {
         1 => {
-            amount *= 10;
+            amount *= ten;
             exponent -= 1;
         }
         2 => {
-            amount *= 100;
+            amount *= T::from(100);
             exponent -= 2;
         }
         _ => {}
     }
-    write_u64(out, amount);
-    // Exponents stay within -9..=18 for these inputs.
+    (amount, exponent)
+}
+
+/// The DecimalSI suffix for a multiple-of-three `exponent` (none beyond `E`).
+fn push_decimal_suffix(out: &mut Vec<u8>, exponent: i32) {
     let index = (exponent / 3 + 3) as usize;
     if let Some(suffix) = DECIMAL_SUFFIXES.get(index) {
         out.extend_from_slice(suffix.as_bytes());

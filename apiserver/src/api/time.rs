@@ -59,23 +59,32 @@ fn push2(out: &mut Vec<u8>, v: u32) {
     out.push(b'0' + (v % 10) as u8);
 }
 
-/// Writes `2006-01-02T15:04:05Z` (no quotes) for a Unix time in nanoseconds.
-pub fn write_rfc3339(out: &mut Vec<u8>, unix_ns: i64) {
-    let c = Civil::from_unix_ns(unix_ns);
-    // i64 nanoseconds span the years 1677..=2262: always four digits.
-    let y = c.year.clamp(0, 9999) as u32;
+/// Four digits of `year`; i64 nanoseconds span the years 1677..=2262, so this is exact.
+fn push_year(out: &mut Vec<u8>, year: i64) {
+    let y = year.clamp(0, 9999) as u32;
     push2(out, y / 100);
     push2(out, y % 100);
-    out.push(b'-');
-    push2(out, c.month);
-    out.push(b'-');
-    push2(out, c.day);
-    out.push(b'T');
+}
+
+/// `15:04:05`.
+fn push_clock(out: &mut Vec<u8>, c: &Civil) {
     push2(out, c.hour);
     out.push(b':');
     push2(out, c.minute);
     out.push(b':');
     push2(out, c.second);
+}
+
+/// Writes `2006-01-02T15:04:05Z` (no quotes) for a Unix time in nanoseconds.
+pub fn write_rfc3339(out: &mut Vec<u8>, unix_ns: i64) {
+    let c = Civil::from_unix_ns(unix_ns);
+    push_year(out, c.year);
+    out.push(b'-');
+    push2(out, c.month);
+    out.push(b'-');
+    push2(out, c.day);
+    out.push(b'T');
+    push_clock(out, &c);
     out.push(b'Z');
 }
 
@@ -92,15 +101,9 @@ pub fn write_rfc1123(out: &mut Vec<u8>, unix_ns: i64) {
     out.push(b' ');
     out.extend_from_slice(MONTHS[(c.month as usize + 11) % 12].as_bytes());
     out.push(b' ');
-    let y = c.year.clamp(0, 9999) as u32;
-    push2(out, y / 100);
-    push2(out, y % 100);
+    push_year(out, c.year);
     out.push(b' ');
-    push2(out, c.hour);
-    out.push(b':');
-    push2(out, c.minute);
-    out.push(b':');
-    push2(out, c.second);
+    push_clock(out, &c);
     out.extend_from_slice(b" UTC");
 }
 

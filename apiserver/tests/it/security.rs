@@ -109,6 +109,20 @@ fn message(reply: &Reply) -> String {
     status["message"].as_str().unwrap_or_default().to_owned()
 }
 
+/// Asserts a 403 for `user` on `path`, with kube-apiserver's message.
+fn assert_forbidden(reply: &Reply, user: &str, path: &str) {
+    assert_eq!(
+        reply.status,
+        StatusCode::FORBIDDEN,
+        "{path}: {}",
+        reply.body
+    );
+    assert_eq!(
+        message(reply),
+        format!(r#"forbidden: User "{user}" cannot get path "{path}""#)
+    );
+}
+
 #[tokio::test]
 async fn spoofed_front_proxy_headers_are_believed_only_behind_the_allowed_certificate() {
     let pki = Pki::new();
@@ -118,11 +132,7 @@ async fn spoofed_front_proxy_headers_are_believed_only_behind_the_allowed_certif
     let r = Client::insecure()
         .get_with(server.addr, "/metrics", SPOOF)
         .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
-    assert_eq!(
-        message(&r),
-        r#"forbidden: User "system:anonymous" cannot get path "/metrics""#
-    );
+    assert_forbidden(&r, "system:anonymous", "/metrics");
 
     // A certificate with the allowed name from another CA: a failed credential, 401.
     let r = with_cert(&pki.other, "front-proxy-client", &[])
@@ -146,11 +156,7 @@ async fn spoofed_front_proxy_headers_are_believed_only_behind_the_allowed_certif
     let r = with_cert(&pki.client, "bob", &["dev"])
         .get_with(server.addr, "/metrics", SPOOF)
         .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN);
-    assert_eq!(
-        message(&r),
-        r#"forbidden: User "bob" cannot get path "/metrics""#
-    );
+    assert_forbidden(&r, "bob", "/metrics");
 
     // The real front proxy: the headers are believed, and system:masters needs no review.
     let r = with_cert(&pki.front_proxy, "front-proxy-client", &[])
@@ -204,11 +210,7 @@ async fn health_is_served_anonymously_and_everything_else_needs_authorization() 
         "/apis/metrics.k8s.io/v1beta1",
     ] {
         let r = anonymous.get(server.addr, path).await;
-        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {}", r.body);
-        assert_eq!(
-            message(&r),
-            format!(r#"forbidden: User "system:anonymous" cannot get path "{path}""#)
-        );
+        assert_forbidden(&r, "system:anonymous", path);
     }
     let r = anonymous
         .get(
@@ -355,11 +357,7 @@ async fn a_failed_configmap_lookup_stops_the_start_unless_tolerated() {
     let r = with_cert(&Ca::new("any").unwrap(), "front-proxy-client", &[])
         .get_with(server.addr, "/metrics", SPOOF)
         .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
-    assert_eq!(
-        message(&r),
-        r#"forbidden: User "system:anonymous" cannot get path "/metrics""#
-    );
+    assert_forbidden(&r, "system:anonymous", "/metrics");
     server.shutdown.cancel();
 }
 

@@ -236,29 +236,36 @@ impl SlimPod {
     }
 }
 
-impl Resource for SlimPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// Implements kube's [`Resource`] for a slim core/v1 object whose metadata is its `meta`.
+macro_rules! core_v1_resource {
+    ($ty:ty, $scope:ty, $kind:literal, $plural:literal) => {
+        impl Resource for $ty {
+            type DynamicType = ();
+            type Scope = $scope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Pod")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("pods")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
+            fn kind(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($kind)
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed("")
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed("v1")
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.meta
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.meta
+            }
+        }
+    };
 }
+
+core_v1_resource!(SlimPod, k8s_openapi::NamespaceResourceScope, "Pod", "pods");
 
 /// A Node as the watcher decodes it: only what the inventory keeps, plus the metadata
 /// kube-runtime needs (name, uid, resourceVersion).
@@ -323,29 +330,7 @@ impl SlimNode {
     }
 }
 
-impl Resource for SlimNode {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Node")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("nodes")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
+core_v1_resource!(SlimNode, k8s_openapi::ClusterResourceScope, "Node", "nodes");
 
 /// Applies watcher events for one kind to the inventory, buffering a (re)list until it is
 /// complete.

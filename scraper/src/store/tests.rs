@@ -57,6 +57,23 @@ fn scrape(node: Option<Sample>, containers: Vec<ContainerSample<'static>>) -> No
     NodeScrape { node, containers }
 }
 
+/// Ingests one container's sample alone, scraped at the sample's own timestamp.
+fn ingest_container(store: &Store, n: &NodeName, pod: &str, c: &str, s: Sample) -> Ingested {
+    let now = s.timestamp_ns;
+    store.ingest(n, &scrape(None, vec![container(pod, c, s)]), now)
+}
+
+/// Ingests `pod1`'s container `c1` alone, as [`ingest_container`].
+fn ingest_c1(store: &Store, n: &NodeName, s: Sample) -> Ingested {
+    ingest_container(store, n, "pod1", "c1", s)
+}
+
+/// Ingests a node's own sample alone, scraped at the sample's own timestamp.
+fn ingest_node(store: &Store, n: &NodeName, s: Sample) -> Ingested {
+    let now = s.timestamp_ns;
+    store.ingest(n, &scrape(Some(s), vec![]), now)
+}
+
 fn usage(ts: i64, window_ns: i64, cpu_nanocores: u64, memory_bytes: u64) -> Usage {
     Usage {
         timestamp_ns: ts,
@@ -84,21 +101,13 @@ fn names(pod: &PodUsage) -> Vec<&str> {
 fn node_needs_two_batches_then_serves_exact_rate() {
     let store = store(60);
     let n1 = name("node1");
-    let first = store.ingest(
-        &n1,
-        &scrape(Some(node_sample(T0, 10 * CORE_SECOND, 2 * MIB)), vec![]),
-        T0,
-    );
+    let first = ingest_node(&store, &n1, node_sample(T0, 10 * CORE_SECOND, 2 * MIB));
     assert!(!first.node_usage);
     assert_eq!(store.node("node1", T0), None);
     assert_eq!(store.readiness(T0), Readiness::default());
 
     let t1 = T0 + 10 * SECOND;
-    let second = store.ingest(
-        &n1,
-        &scrape(Some(node_sample(t1, 20 * CORE_SECOND, 3 * MIB)), vec![]),
-        t1,
-    );
+    let second = ingest_node(&store, &n1, node_sample(t1, 20 * CORE_SECOND, 3 * MIB));
     assert!(second.node_usage);
     assert_eq!(
         store.node("node1", t1),
@@ -151,9 +160,9 @@ fn rate_uses_go_float_math_for_sub_second_windows() {
     // types_test.go: +10ms window, 300 -> 500 ns of CPU => 20000 nanocores, memory 600.
     let store = store(60);
     let n = name("node1");
-    store.ingest(&n, &scrape(Some(node_sample(T0, 300, 600)), vec![]), T0);
+    ingest_node(&store, &n, node_sample(T0, 300, 600));
     let t1 = T0 + 10 * MS;
-    store.ingest(&n, &scrape(Some(node_sample(t1, 500, 600)), vec![]), t1);
+    ingest_node(&store, &n, node_sample(t1, 500, 600));
     assert_eq!(
         store.node("node1", t1),
         Some(usage(t1, 10 * MS, 20_000, 600))
@@ -177,11 +186,7 @@ fn node_with_zero_cpu_or_memory_yields_no_point() {
     .enumerate()
     {
         let t = T0 + i as i64 * 10 * SECOND;
-        store.ingest(
-            &n,
-            &scrape(Some(node_sample(t, 10 * CORE_SECOND, MIB)), vec![]),
-            t,
-        );
+        ingest_node(&store, &n, node_sample(t, 10 * CORE_SECOND, MIB));
         let t1 = t + 5 * SECOND;
         let bad = Sample {
             timestamp_ns: if bad.timestamp_ns == 0 { 0 } else { t1 },
@@ -200,34 +205,12 @@ fn pod_not_fresh_needs_two_batches() {
     let store = store(60);
     let n = name("node1");
     let t1 = T0 + 120 * SECOND;
-    let first = store.ingest(
-        &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(t1, T0, CORE_SECOND, 4 * MIB),
-            )],
-        ),
-        t1,
-    );
+    let first = ingest_c1(&store, &n, sample(t1, T0, CORE_SECOND, 4 * MIB));
     assert_eq!((first.pods, first.pods_with_usage), (1, 0));
     assert_eq!(store.pod("ns", "pod1", t1), None);
 
     let t2 = T0 + 125 * SECOND;
-    let second = store.ingest(
-        &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(t2, T0, 6 * CORE_SECOND, 5 * MIB),
-            )],
-        ),
-        t2,
-    );
+    let second = ingest_c1(&store, &n, sample(t2, T0, 6 * CORE_SECOND, 5 * MIB));
     assert_eq!((second.pods, second.pods_with_usage), (1, 1));
     let pod = store
         .pod("ns", "pod1", t2)
@@ -336,45 +319,16 @@ fn restarted_container_uses_the_window_from_its_start_time() {
     let store = store(60);
     let n = name("node1");
     let old_start = T0 - 3600 * SECOND;
-    store.ingest(
-        &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(T0, old_start, 100 * CORE_SECOND, MIB),
-            )],
-        ),
-        T0,
-    );
+    ingest_c1(&store, &n, sample(T0, old_start, 100 * CORE_SECOND, MIB));
     let t1 = T0 + 10 * SECOND;
-    store.ingest(
-        &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(t1, old_start, 101 * CORE_SECOND, MIB),
-            )],
-        ),
-        t1,
-    );
+    ingest_c1(&store, &n, sample(t1, old_start, 101 * CORE_SECOND, MIB));
     assert!(store.pod("ns", "pod1", t1).is_some());
     // Restarted at +15s, scraped at +25s with 5 core-seconds: 500m over 10s.
     let t2 = T0 + 25 * SECOND;
-    store.ingest(
+    ingest_c1(
+        &store,
         &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(t2, T0 + 15 * SECOND, 5 * CORE_SECOND, 2 * MIB),
-            )],
-        ),
-        t2,
+        sample(t2, T0 + 15 * SECOND, 5 * CORE_SECOND, 2 * MIB),
     );
     let pod = store
         .pod("ns", "pod1", t2)
@@ -393,62 +347,18 @@ fn restarted_container_too_young_or_too_old_hides_the_pod_for_one_cycle() {
         let store = store(60);
         let n = name("node1");
         let old_start = T0 - 3600 * SECOND;
-        store.ingest(
-            &n,
-            &scrape(
-                None,
-                vec![container(
-                    "pod1",
-                    "c1",
-                    sample(T0, old_start, 100 * CORE_SECOND, MIB),
-                )],
-            ),
-            T0,
-        );
+        ingest_c1(&store, &n, sample(T0, old_start, 100 * CORE_SECOND, MIB));
         let t1 = T0 + 10 * SECOND;
-        store.ingest(
-            &n,
-            &scrape(
-                None,
-                vec![container(
-                    "pod1",
-                    "c1",
-                    sample(t1, old_start, 110 * CORE_SECOND, MIB),
-                )],
-            ),
-            t1,
-        );
+        ingest_c1(&store, &n, sample(t1, old_start, 110 * CORE_SECOND, MIB));
         assert!(store.pod("ns", "pod1", t1).is_some());
 
         let t2 = t1 + (age_s + 1) * SECOND;
         let restart = t2 - age_s * SECOND;
-        store.ingest(
-            &n,
-            &scrape(
-                None,
-                vec![container(
-                    "pod1",
-                    "c1",
-                    sample(t2, restart, CORE_SECOND, MIB),
-                )],
-            ),
-            t2,
-        );
+        ingest_c1(&store, &n, sample(t2, restart, CORE_SECOND, MIB));
         assert_eq!(store.pod("ns", "pod1", t2), None, "age {age_s}s");
 
         let t3 = t2 + 10 * SECOND;
-        store.ingest(
-            &n,
-            &scrape(
-                None,
-                vec![container(
-                    "pod1",
-                    "c1",
-                    sample(t3, restart, 3 * CORE_SECOND, MIB),
-                )],
-            ),
-            t3,
-        );
+        ingest_c1(&store, &n, sample(t3, restart, 3 * CORE_SECOND, MIB));
         let pod = store
             .pod("ns", "pod1", t3)
             .expect("back on the next scrape");
@@ -519,30 +429,12 @@ fn start_time_decrease_skips_the_container() {
     let store = store(60);
     let n = name("node1");
     let start = T0 - 3600 * SECOND;
-    store.ingest(
-        &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(T0, start, 50 * CORE_SECOND, MIB),
-            )],
-        ),
-        T0,
-    );
+    ingest_c1(&store, &n, sample(T0, start, 50 * CORE_SECOND, MIB));
     let t1 = T0 + 10 * SECOND;
-    store.ingest(
+    ingest_c1(
+        &store,
         &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(t1, start - SECOND, 60 * CORE_SECOND, MIB),
-            )],
-        ),
-        t1,
+        sample(t1, start - SECOND, 60 * CORE_SECOND, MIB),
     );
     assert_eq!(store.pod("ns", "pod1", t1), None);
 }
@@ -551,32 +443,16 @@ fn start_time_decrease_skips_the_container() {
 fn node_reboot_is_skipped_for_one_cycle() {
     let store = store(60);
     let n = name("node1");
-    store.ingest(
-        &n,
-        &scrape(Some(node_sample(T0, 1000 * CORE_SECOND, MIB)), vec![]),
-        T0,
-    );
+    ingest_node(&store, &n, node_sample(T0, 1000 * CORE_SECOND, MIB));
     let t1 = T0 + 10 * SECOND;
-    store.ingest(
-        &n,
-        &scrape(Some(node_sample(t1, 1010 * CORE_SECOND, MIB)), vec![]),
-        t1,
-    );
+    ingest_node(&store, &n, node_sample(t1, 1010 * CORE_SECOND, MIB));
     assert!(store.node("node1", t1).is_some());
     let t2 = T0 + 20 * SECOND;
-    let rebooted = store.ingest(
-        &n,
-        &scrape(Some(node_sample(t2, 5 * CORE_SECOND, MIB)), vec![]),
-        t2,
-    );
+    let rebooted = ingest_node(&store, &n, node_sample(t2, 5 * CORE_SECOND, MIB));
     assert!(!rebooted.node_usage);
     assert_eq!(store.node("node1", t2), None);
     let t3 = T0 + 30 * SECOND;
-    store.ingest(
-        &n,
-        &scrape(Some(node_sample(t3, 15 * CORE_SECOND, MIB)), vec![]),
-        t3,
-    );
+    ingest_node(&store, &n, node_sample(t3, 15 * CORE_SECOND, MIB));
     assert_eq!(
         store.node("node1", t3),
         Some(usage(t3, 10 * SECOND, 1_000_000_000, MIB))
@@ -724,18 +600,7 @@ fn store_with_pods_only() -> Store {
     let n = name("node1");
     let start = T0 - 3600 * SECOND;
     for (ts, cpu) in [(T0, 10), (T0 + 10 * SECOND, 20)] {
-        store.ingest(
-            &n,
-            &scrape(
-                None,
-                vec![container(
-                    "pod1",
-                    "c1",
-                    sample(ts, start, cpu * CORE_SECOND, MIB),
-                )],
-            ),
-            ts,
-        );
+        ingest_c1(&store, &n, sample(ts, start, cpu * CORE_SECOND, MIB));
     }
     store
 }
@@ -926,17 +791,12 @@ fn remove_node_drops_its_pods_only() {
     let start = T0 - 3600 * SECOND;
     let n2 = name("node2");
     for (ts, cpu) in [(T0, 10), (t, 25)] {
-        store.ingest(
+        ingest_container(
+            &store,
             &n2,
-            &scrape(
-                None,
-                vec![container(
-                    "pod2",
-                    "c1",
-                    sample(ts, start, cpu * CORE_SECOND, MIB),
-                )],
-            ),
-            ts,
+            "pod2",
+            "c1",
+            sample(ts, start, cpu * CORE_SECOND, MIB),
         );
     }
     store.remove_node("node1");
@@ -968,17 +828,12 @@ fn pods_missing_from_the_next_scrape_are_dropped() {
     store.ingest(&n, &scrape(None, both(t1, 2 * CORE_SECOND)), t1);
     assert!(store.pod("ns", "pod2", t1).is_some());
     let t2 = T0 + 20 * SECOND;
-    store.ingest(
+    ingest_container(
+        &store,
         &n,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c",
-                sample(t2, start, 3 * CORE_SECOND, MIB),
-            )],
-        ),
-        t2,
+        "pod1",
+        "c",
+        sample(t2, start, 3 * CORE_SECOND, MIB),
     );
     assert!(store.pod("ns", "pod1", t2).is_some());
     assert_eq!(store.pod("ns", "pod2", t2), None);
@@ -1060,36 +915,14 @@ fn pod_of_a_stale_owner_is_taken_over_without_its_history() {
     let b = name("node2");
     let start = T0 - 60 * SECOND;
     let later = t + 31 * SECOND; // node1 is stale now
-    store.ingest(
-        &b,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(later, start, 2 * CORE_SECOND, MIB),
-            )],
-        ),
-        later,
-    );
+    ingest_c1(&store, &b, sample(later, start, 2 * CORE_SECOND, MIB));
     assert_eq!(
         store.pod("ns", "pod1", later),
         None,
         "no pairing with node1's counters"
     );
     let t2 = later + 15 * SECOND;
-    store.ingest(
-        &b,
-        &scrape(
-            None,
-            vec![container(
-                "pod1",
-                "c1",
-                sample(t2, start, 5 * CORE_SECOND, MIB),
-            )],
-        ),
-        t2,
-    );
+    ingest_c1(&store, &b, sample(t2, start, 5 * CORE_SECOND, MIB));
     let pod = store.pod("ns", "pod1", t2).expect("node2 owns it");
     assert_eq!(pod.node, b);
     assert_eq!(&*pod.containers, &[container_usage("c1", 200_000_000, MIB)]);

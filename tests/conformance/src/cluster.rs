@@ -24,8 +24,6 @@ use bytes::Bytes;
 use clap::Parser as _;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -637,15 +635,7 @@ impl Cluster {
     /// `GET path` on the server directly (as a kubelet probe or a Prometheus scraper would),
     /// as the admin (bearer token) or anonymously; the status and the body.
     pub async fn server_get(&self, path: &str, admin: bool) -> Result<(StatusCode, String), Error> {
-        let mut config = tls::client::config(&tls::client::Verify::Insecure, None)?;
-        config.alpn_protocols.clear();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_only()
-            .enable_http1()
-            .build();
-        let client: Client<_, Empty<Bytes>> =
-            Client::builder(TokioExecutor::new()).build(connector);
+        let client = crate::https::client::<Empty<Bytes>>(&tls::client::Verify::Insecure, None)?;
         let mut req = Request::get(format!("https://{}{path}", self.server_addr));
         if admin {
             req = req.header(

@@ -9,10 +9,12 @@
 //! - [`cluster`]: a whole cluster in one process (control plane, kubelets, workloads, the
 //!   server registered as an APIService) and the real kubectl.
 //! - [`aggregator`]: kube-aggregator: APIServices, availability, proxying with front-proxy auth.
+//! - [`https`]: an HTTPS client for talking to these servers.
 
 pub mod aggregator;
 pub mod cluster;
 pub mod controlplane;
+pub mod https;
 pub mod kubelet;
 pub mod objects;
 pub mod payload;

@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::objects::build::rfc3339;
+
 /// One node's stats at one instant.
 #[derive(Clone, Debug, Default)]
 pub struct NodeStats {
@@ -477,28 +479,6 @@ impl Memory {
             major_page_faults: Some(0),
         }
     }
-}
-
-/// Unix seconds as RFC 3339 UTC with second precision (`metav1.Time`'s JSON form).
-fn rfc3339(unix_s: i64) -> String {
-    let days = unix_s.div_euclid(86_400);
-    let secs = unix_s.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
 }
 
 /// A deterministic synthetic node: `pods` pods of `containers_per_pod` running containers,

@@ -13,8 +13,6 @@ use conformance::aggregator::{self, ApiService};
 use conformance::controlplane::{self, ControlPlane, User, serve};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -26,15 +24,22 @@ struct Backend {
     failing: Arc<AtomicBool>,
 }
 
-async fn backend(shutdown: &CancellationToken) -> Backend {
+/// A TLS config for a self-signed `localhost` / 127.0.0.1 certificate (offering HTTP/2 when
+/// `http2`), a listener on 127.0.0.1 and its `https://` URL.
+async fn self_signed_listener(http2: bool) -> (rustls::ServerConfig, TcpListener, String) {
     let identity = tls::issue::self_signed("localhost", &["127.0.0.1".to_owned()])
         .unwrap()
         .identity;
     let key = tls::server::certified_key(&identity).unwrap();
     let config =
-        tls::server::config(Arc::new(rustls::sign::SingleCertAndKey::from(key)), false).unwrap();
+        tls::server::config(Arc::new(rustls::sign::SingleCertAndKey::from(key)), http2).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}", listener.local_addr().unwrap());
+    (config, listener, url)
+}
+
+async fn backend(shutdown: &CancellationToken) -> Backend {
+    let (config, listener, url) = self_signed_listener(false).await;
     let failing = Arc::new(AtomicBool::new(false));
     let fail = failing.clone();
     let handler: serve::Handler = Arc::new(
@@ -125,18 +130,11 @@ async fn call(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (StatusCode, HeaderMap, Bytes) {
-    let mut config = tls::client::config(
+    let client = conformance::https::client::<Full<Bytes>>(
         &tls::client::Verify::Roots(vec![cp.cluster_ca().cert().clone()]),
         identity,
     )
     .unwrap();
-    config.alpn_protocols.clear();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_only()
-        .enable_http1()
-        .build();
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
     let mut req = Request::builder()
         .method(method)
         .uri(format!("{}{path}", cp.url()));
@@ -155,17 +153,20 @@ async fn call(
     )
 }
 
-async fn get_json(cp: &ControlPlane, path: &str, accept: &str) -> (StatusCode, HeaderMap, Value) {
+/// GET `path` as the cluster admin (bearer token), with `headers` besides.
+async fn admin_get(
+    cp: &ControlPlane,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, Bytes) {
     let auth = format!("Bearer {}", cp.admin_token());
-    let (s, h, b) = call(
-        cp,
-        None,
-        Method::GET,
-        path,
-        &[("authorization", &auth), ("accept", accept)],
-        "",
-    )
-    .await;
+    let mut all = vec![("authorization", auth.as_str())];
+    all.extend_from_slice(headers);
+    call(cp, None, Method::GET, path, &all, "").await
+}
+
+async fn get_json(cp: &ControlPlane, path: &str, accept: &str) -> (StatusCode, HeaderMap, Value) {
+    let (s, h, b) = admin_get(cp, path, &[("accept", accept)]).await;
     (s, h, serde_json::from_slice(&b).unwrap_or(Value::Null))
 }
 
@@ -318,16 +319,7 @@ async fn unavailable_apiservice_answers_503_and_turns_stale() {
         a.message
     );
 
-    let auth = format!("Bearer {}", cp.admin_token());
-    let (status, headers, body) = call(
-        &cp,
-        None,
-        Method::GET,
-        "/apis/metrics.k8s.io/v1beta1/nodes",
-        &[("authorization", &auth)],
-        "",
-    )
-    .await;
+    let (status, headers, body) = admin_get(&cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(&body[..], b"service unavailable\n");
     assert!(headers.get("retry-after").is_none());
@@ -374,16 +366,7 @@ async fn unreachable_backend_is_a_503_with_the_error() {
     );
     backend_stop.cancel();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let auth = format!("Bearer {}", cp.admin_token());
-    let (status, headers, body) = call(
-        &cp,
-        None,
-        Method::GET,
-        "/apis/metrics.k8s.io/v1beta1/nodes",
-        &[("authorization", &auth)],
-        "",
-    )
-    .await;
+    let (status, headers, body) = admin_get(&cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         headers.get("content-type").unwrap(),
@@ -764,14 +747,7 @@ async fn real_auth_backend(cp: &ControlPlane, shutdown: &CancellationToken) -> S
     let authz =
         Arc::new(apiserver::auth::Authorizer::new(Default::default(), Some(client)).unwrap());
 
-    let identity = tls::issue::self_signed("localhost", &["127.0.0.1".to_owned()])
-        .unwrap()
-        .identity;
-    let key = tls::server::certified_key(&identity).unwrap();
-    let tls_config =
-        tls::server::config(Arc::new(rustls::sign::SingleCertAndKey::from(key)), true).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
+    let (tls_config, listener, url) = self_signed_listener(true).await;
     let handler: serve::Handler = Arc::new(
         move |req: Request<hyper::body::Incoming>, peer: serve::Peer| {
             let (authn, authz) = (authn.clone(), authz.clone());
@@ -888,14 +864,8 @@ async fn the_real_authenticator_trusts_the_aggregator_and_asks_for_reviews() {
     );
 
     // Straight to the backend with a bearer token: a TokenReview from the server's own client.
-    let mut config = tls::client::config(&tls::client::Verify::Insecure, None).unwrap();
-    config.alpn_protocols.clear();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_only()
-        .enable_http1()
-        .build();
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let client =
+        conformance::https::client::<Full<Bytes>>(&tls::client::Verify::Insecure, None).unwrap();
     let req = Request::get(format!(
         "{url}/apis/metrics.k8s.io/v1beta1/namespaces/default/pods"
     ))

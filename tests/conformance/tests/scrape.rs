@@ -40,6 +40,16 @@ async fn kubelet(ca: &Ca, name: &str, f: impl FnOnce(Options) -> Options) -> Sim
     SimKubelet::start(ca, options).await.unwrap()
 }
 
+/// A kubelet serving the fixtures with `fault`.
+async fn faulty(ca: &Ca, name: &str, fault: Fault) -> SimKubelet {
+    kubelet(ca, name, |o| Options { fault, ..o }).await
+}
+
+/// A kubelet serving the fixtures under a `cert` of the given kind.
+async fn with_cert(ca: &Ca, name: &str, cert: CertKind) -> SimKubelet {
+    kubelet(ca, name, |o| Options { cert, ..o }).await
+}
+
 fn client_config(ca: &Ca) -> client::Config {
     client::Config {
         verify: Verify::Roots(vec![ca.cert().clone()]),
@@ -81,11 +91,7 @@ async fn fetches_fixture_bodies_over_one_kept_alive_connection() {
 #[tokio::test]
 async fn a_hanging_kubelet_times_out_within_the_timeout() {
     let ca = ca();
-    let k = kubelet(&ca, "n1", |o| Options {
-        fault: Fault::Hang,
-        ..o
-    })
-    .await;
+    let k = faulty(&ca, "n1", Fault::Hang).await;
     let c = client(client::Config {
         timeout: Duration::from_millis(400),
         ..client_config(&ca)
@@ -114,11 +120,7 @@ async fn a_slow_body_counts_against_the_timeout_too() {
     let ca = ca();
     // Headers are only sent after the delay, so this also covers "slow headers"; the
     // oversized stream below covers a body cut off mid-way.
-    let k = kubelet(&ca, "n1", |o| Options {
-        fault: Fault::Slow(Duration::from_millis(800)),
-        ..o
-    })
-    .await;
+    let k = faulty(&ca, "n1", Fault::Slow(Duration::from_millis(800))).await;
     let fast = client(client::Config {
         timeout: Duration::from_millis(300),
         ..client_config(&ca)
@@ -138,11 +140,7 @@ async fn a_slow_body_counts_against_the_timeout_too() {
 #[tokio::test]
 async fn a_500_is_a_status_error_with_metrics_servers_message() {
     let ca = ca();
-    let k = kubelet(&ca, "n1", |o| Options {
-        fault: Fault::Status(500),
-        ..o
-    })
-    .await;
+    let k = faulty(&ca, "n1", Fault::Status(500)).await;
     let url = k.url("/metrics/resource");
     let err = client(client_config(&ca)).get(&url).await.unwrap_err();
     assert!(
@@ -158,11 +156,7 @@ async fn a_500_is_a_status_error_with_metrics_servers_message() {
 #[tokio::test]
 async fn garbage_is_returned_as_bytes_for_the_parser_to_reject() {
     let ca = ca();
-    let k = kubelet(&ca, "n1", |o| Options {
-        fault: Fault::Garbage,
-        ..o
-    })
-    .await;
+    let k = faulty(&ca, "n1", Fault::Garbage).await;
     let body = client(client_config(&ca))
         .get(&k.url("/metrics/resource"))
         .await
@@ -174,11 +168,7 @@ async fn garbage_is_returned_as_bytes_for_the_parser_to_reject() {
 #[tokio::test]
 async fn garbage_fails_to_parse() {
     let ca = ca();
-    let k = kubelet(&ca, "n1", |o| Options {
-        fault: Fault::Garbage,
-        ..o
-    })
-    .await;
+    let k = faulty(&ca, "n1", Fault::Garbage).await;
     let body = client(client_config(&ca))
         .get(&k.url("/metrics/resource"))
         .await
@@ -189,11 +179,7 @@ async fn garbage_fails_to_parse() {
 #[tokio::test]
 async fn an_oversized_body_is_refused_while_streaming() {
     let ca = ca();
-    let k = kubelet(&ca, "n1", |o| Options {
-        fault: Fault::Oversized { bytes: 8 << 20 },
-        ..o
-    })
-    .await;
+    let k = faulty(&ca, "n1", Fault::Oversized { bytes: 8 << 20 }).await;
     let c = client(client::Config {
         max_body_bytes: 1 << 20,
         ..client_config(&ca)
@@ -219,11 +205,7 @@ async fn an_oversized_body_is_refused_while_streaming() {
 #[tokio::test]
 async fn an_untrusted_certificate_says_what_to_do() {
     let ca = ca();
-    let k = kubelet(&ca, "node-a", |o| Options {
-        cert: CertKind::OtherCa,
-        ..o
-    })
-    .await;
+    let k = with_cert(&ca, "node-a", CertKind::OtherCa).await;
     let c = client(client_config(&ca));
     let target = resolver().resolve(&k.node_record()).unwrap();
     let err = c
@@ -246,11 +228,7 @@ async fn an_untrusted_certificate_says_what_to_do() {
 #[tokio::test]
 async fn a_certificate_without_the_ip_san_says_so() {
     let ca = ca();
-    let k = kubelet(&ca, "node-b", |o| Options {
-        cert: CertKind::NoIpSan,
-        ..o
-    })
-    .await;
+    let k = with_cert(&ca, "node-b", CertKind::NoIpSan).await;
     let target = resolver().resolve(&k.node_record()).unwrap();
     let err = client(client_config(&ca))
         .fetch(&target, Instant::now() + Duration::from_secs(5))
@@ -273,16 +251,8 @@ async fn a_certificate_without_the_ip_san_says_so() {
 #[tokio::test]
 async fn insecure_tls_accepts_untrusted_and_mismatched_certificates() {
     let ca = ca();
-    let untrusted = kubelet(&ca, "n1", |o| Options {
-        cert: CertKind::OtherCa,
-        ..o
-    })
-    .await;
-    let no_san = kubelet(&ca, "n2", |o| Options {
-        cert: CertKind::NoIpSan,
-        ..o
-    })
-    .await;
+    let untrusted = with_cert(&ca, "n1", CertKind::OtherCa).await;
+    let no_san = with_cert(&ca, "n2", CertKind::NoIpSan).await;
     let c = client(client::Config {
         verify: Verify::Insecure,
         ..client_config(&ca)
@@ -493,11 +463,7 @@ fn first_request_offset(k: &SimKubelet, t0: Instant) -> Duration {
 async fn a_hanging_node_does_not_delay_the_others() {
     let ca = ca();
     // Sorted by name: a (hangs) at 0, b at 500 ms, c at 1000 ms, d at 1500 ms.
-    let a = kubelet(&ca, "a", |o| Options {
-        fault: Fault::Hang,
-        ..o
-    })
-    .await;
+    let a = faulty(&ca, "a", Fault::Hang).await;
     let b = kubelet(&ca, "b", |o| o).await;
     let c = kubelet(&ca, "c", |o| o).await;
     let d = kubelet(&ca, "d", |o| o).await;
@@ -537,16 +503,8 @@ async fn queueing_for_a_slot_counts_against_the_request_timeout() {
     let ca = ca();
     // One slot. a hangs from 0 to its 1000 ms deadline; b is scheduled at 500 ms, waits for
     // the slot until 1000 ms and then needs 700 ms: 1700 ms > its 1500 ms deadline.
-    let a = kubelet(&ca, "a", |o| Options {
-        fault: Fault::Hang,
-        ..o
-    })
-    .await;
-    let b = kubelet(&ca, "b", |o| Options {
-        fault: Fault::Slow(Duration::from_millis(700)),
-        ..o
-    })
-    .await;
+    let a = faulty(&ca, "a", Fault::Hang).await;
+    let b = faulty(&ca, "b", Fault::Slow(Duration::from_millis(700))).await;
     let l = start_loop(&ca, &[&a, &b], 1000, 1000, 1);
     l.until(800).await;
     assert_eq!(b.requests(), 0, "b must wait for the only slot");
@@ -562,31 +520,11 @@ async fn queueing_for_a_slot_counts_against_the_request_timeout() {
 async fn every_fault_fails_only_its_own_node_with_its_own_reason() {
     let ca = ca();
     let healthy = kubelet(&ca, "a-healthy", |o| o).await;
-    let status = kubelet(&ca, "b-status", |o| Options {
-        fault: Fault::Status(500),
-        ..o
-    })
-    .await;
-    let down = kubelet(&ca, "c-down", |o| Options {
-        fault: Fault::Down,
-        ..o
-    })
-    .await;
-    let untrusted = kubelet(&ca, "d-untrusted", |o| Options {
-        cert: CertKind::OtherCa,
-        ..o
-    })
-    .await;
-    let no_san = kubelet(&ca, "e-no-san", |o| Options {
-        cert: CertKind::NoIpSan,
-        ..o
-    })
-    .await;
-    let oversized = kubelet(&ca, "f-oversized", |o| Options {
-        fault: Fault::Oversized { bytes: 8 << 20 },
-        ..o
-    })
-    .await;
+    let status = faulty(&ca, "b-status", Fault::Status(500)).await;
+    let down = faulty(&ca, "c-down", Fault::Down).await;
+    let untrusted = with_cert(&ca, "d-untrusted", CertKind::OtherCa).await;
+    let no_san = with_cert(&ca, "e-no-san", CertKind::NoIpSan).await;
+    let oversized = faulty(&ca, "f-oversized", Fault::Oversized { bytes: 8 << 20 }).await;
     let l = start_loop(
         &ca,
         &[&healthy, &status, &down, &untrusted, &no_san, &oversized],
@@ -650,29 +588,25 @@ fn wall_clock_ms() -> Arc<dyn Fn() -> i64 + Send + Sync> {
     Arc::new(|| unix_now_ns() / 1_000_000)
 }
 
+/// A live workload (3 pods of 2 containers) on a node booted an hour ago, on the wall clock.
+fn live(node: &str) -> conformance::kubelet::Content {
+    let boot_ms = unix_now_ns() / 1_000_000 - 3_600_000;
+    conformance::kubelet::Content::Live {
+        node: conformance::kubelet::SimNode::generate(node, 3, 2, boot_ms),
+        clock: wall_clock_ms(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthy_nodes_reach_the_store_while_faulty_ones_do_not() {
-    use conformance::kubelet::{Content, SimNode};
     let ca = ca();
-    let boot_ms = unix_now_ns() / 1_000_000 - 3_600_000;
     let healthy = kubelet(&ca, "a", |o| Options {
-        content: Content::Live {
-            node: SimNode::generate("a", 3, 2, boot_ms),
-            clock: wall_clock_ms(),
-        },
+        content: live("a"),
         ..o
     })
     .await;
-    let hanging = kubelet(&ca, "b", |o| Options {
-        fault: Fault::Hang,
-        ..o
-    })
-    .await;
-    let garbage = kubelet(&ca, "c", |o| Options {
-        fault: Fault::Garbage,
-        ..o
-    })
-    .await;
+    let hanging = faulty(&ca, "b", Fault::Hang).await;
+    let garbage = faulty(&ca, "c", Fault::Garbage).await;
     // Offsets a 0, b 300, c 600 ms; b's request hangs until its 1000 ms deadline.
     let l = start_loop(&ca, &[&healthy, &hanging, &garbage], 900, 700, 4);
     l.until(2000).await;
@@ -697,14 +631,9 @@ async fn healthy_nodes_reach_the_store_while_faulty_ones_do_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_live_workload_gets_usage_and_loses_it_when_removed() {
-    use conformance::kubelet::{Content, SimNode};
     let ca = ca();
-    let boot_ms = unix_now_ns() / 1_000_000 - 3_600_000;
     let k = kubelet(&ca, "live", |o| o).await;
-    k.set_content(Content::Live {
-        node: SimNode::generate("live", 3, 2, boot_ms),
-        clock: wall_clock_ms(),
-    });
+    k.set_content(live("live"));
     let l = start_loop(&ca, &[&k], 600, 500, 4);
     l.until(1300).await;
     let usage = l

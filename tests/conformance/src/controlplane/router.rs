@@ -90,12 +90,7 @@ async fn route(shared: &Shared, req: Request<Incoming>, peer: Peer) -> Response<
             &format!("forbidden: User \"system:anonymous\" cannot get path \"{path}\""),
         );
     }
-    let accept = req
-        .headers()
-        .get(ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+    let accept = accept_header(&req).to_owned();
     let trimmed = path.trim_end_matches('/');
     let segments: Vec<&str> = trimmed.trim_start_matches('/').split('/').collect();
     let get = req.method() == Method::GET;
@@ -176,6 +171,14 @@ fn builtin(
         .map(|(g, v, _, r)| (*g, *v, *r))
 }
 
+/// The request's `Accept` header, empty when absent or not text.
+fn accept_header(req: &Request<Incoming>) -> &str {
+    req.headers()
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
 async fn read_body(body: Incoming) -> Option<Bytes> {
     Limited::new(body, MAX_BODY_BYTES)
         .collect()
@@ -191,6 +194,7 @@ async fn builtin_resource(
     segments: &[&str],
 ) -> Response<Body> {
     let method = req.method().clone();
+    let as_table = accept_header(&req).contains("as=Table");
     match (&method, segments) {
         (&Method::POST, ["apis", "authentication.k8s.io", "v1", "tokenreviews"]) => {
             let body = read_json(req.into_body()).await;
@@ -208,12 +212,7 @@ async fn builtin_resource(
         }
         (&Method::GET, ["apis", "apiregistration.k8s.io", "v1", "apiservices"]) => {
             let items = shared.aggregator.objects();
-            let accept = req
-                .headers()
-                .get(ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            if accept.contains("as=Table") {
+            if as_table {
                 return json_response(StatusCode::OK, &apiservice_table(&items));
             }
             json_response(
@@ -229,12 +228,7 @@ async fn builtin_resource(
                 .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(*name))
             {
                 Some(o) => {
-                    let accept = req
-                        .headers()
-                        .get(ACCEPT)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("");
-                    if accept.contains("as=Table") {
+                    if as_table {
                         return json_response(
                             StatusCode::OK,
                             &apiservice_table(std::slice::from_ref(o)),

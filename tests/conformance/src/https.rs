@@ -1,0 +1,26 @@
+//! An HTTP/1.1-over-TLS client for tests and tools talking to the servers of this crate.
+
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// A client that speaks HTTP/1.1 only, over HTTPS only, verifying servers as `verify` says
+/// and presenting `identity` when given.
+pub fn client<B>(
+    verify: &tls::client::Verify,
+    identity: Option<&tls::Identity>,
+) -> Result<Client<HttpsConnector<HttpConnector>, B>, tls::Error>
+where
+    B: http_body::Body + Send,
+    B::Data: Send,
+{
+    let mut config = tls::client::config(verify, identity)?;
+    config.alpn_protocols.clear();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
