@@ -547,6 +547,7 @@ fn kubelet_config(
         plain_http,
         timeout: k.kubelet_request_timeout.0,
         max_body_bytes: usize::try_from(k.kubelet_max_body_bytes.0).unwrap_or(usize::MAX),
+        keep_alive: k.kubelet_keep_alive,
     })
 }
 
@@ -627,6 +628,9 @@ mod tests {
         assert!(!c.plain_http);
         assert_eq!(c.timeout, Duration::from_secs(10));
         assert_eq!(c.max_body_bytes, 64 << 20);
+        assert!(c.keep_alive);
+        let closed = kubelet_config(&flags(&["--kubelet-keep-alive=false"]), Some(&kube)).unwrap();
+        assert!(!closed.keep_alive);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct Config {
     pub timeout: Duration,
     /// Largest response body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Keep one idle connection per kubelet between scrapes (`--kubelet-keep-alive`): no TLS
+    /// handshake per scrape, at the price of the connection's buffers per node.
+    pub keep_alive: bool,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             plain_http: false,
             timeout: Duration::from_secs(10),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            keep_alive: true,
         }
     }
 }
@@ -126,7 +130,7 @@ impl Client {
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(1)
+            .pool_max_idle_per_host(usize::from(config.keep_alive))
             // Each kept-alive connection keeps its read buffer between scrapes: read in
             // fixed 16 KiB steps instead of letting it grow to the body size (a 110-pod
             // payload is ~120 KB), which measured as most of the per-node memory.

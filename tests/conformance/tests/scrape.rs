@@ -89,6 +89,22 @@ async fn fetches_fixture_bodies_over_one_kept_alive_connection() {
 }
 
 #[tokio::test]
+async fn without_keep_alive_each_scrape_opens_its_own_connection() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| o).await;
+    let c = client(client::Config {
+        keep_alive: false,
+        ..client_config(&ca)
+    });
+    for _ in 0..3 {
+        let body = c.get(&k.url("/metrics/resource")).await.unwrap();
+        assert_eq!(&body[..], &fixture(RESOURCE)[..]);
+    }
+    assert_eq!(k.requests(), 3);
+    assert_eq!(k.connections(), 3, "no idle connection may be kept");
+}
+
+#[tokio::test]
 async fn a_hanging_kubelet_times_out_within_the_timeout() {
     let ca = ca();
     let k = faulty(&ca, "n1", Fault::Hang).await;
