@@ -8,92 +8,11 @@
 //!
 //! Run: `cargo bench -p benches --bench ingest`
 
-use std::borrow::Cow;
 use std::hint::black_box;
 use std::time::Duration;
 
+use benches::synthetic::{Cluster, NAMESPACES};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use scraper::point::{ContainerSample, NodeName, NodeScrape, Sample};
-use scraper::store::{Config, Store};
-
-const SECOND: i64 = 1_000_000_000;
-const T0: i64 = 1_700_000_000 * SECOND;
-const NAMESPACES: usize = 10;
-const CONTAINERS: [&str; 2] = ["app", "sidecar-proxy"];
-
-struct Cluster {
-    nodes: Vec<NodeName>,
-    namespaces: Vec<String>,
-    pods: Vec<Vec<String>>,
-}
-
-impl Cluster {
-    fn new(nodes: usize, pods: usize) -> Cluster {
-        Cluster {
-            nodes: (0..nodes)
-                .map(|n| NodeName::from(format!("node-{n:020}").as_str()))
-                .collect(),
-            namespaces: (0..NAMESPACES)
-                .map(|i| format!("namespace-{i:010}"))
-                .collect(),
-            pods: (0..nodes)
-                .map(|n| {
-                    (0..pods)
-                        .map(|p| format!("deploy-{:010}-{:05x}", p % 100, n * pods + p))
-                        .collect()
-                })
-                .collect(),
-        }
-    }
-
-    /// Round `round` of node `n`'s scrape; timestamps advance 15 s per round.
-    fn scrape(&self, n: usize, round: i64) -> NodeScrape<'_> {
-        let ts = T0 + round * 15 * SECOND;
-        let cpu = (round as u64 + 1) * 15 * 250_000_000;
-        let sample = Sample {
-            timestamp_ns: ts,
-            cpu_usage_ns_total: Some(cpu),
-            cpu_nanocores: None,
-            memory_working_set_bytes: Some(64 << 20),
-            start_time_ns: Some(T0 - 3600 * SECOND),
-        };
-        let containers = self.pods[n]
-            .iter()
-            .enumerate()
-            .flat_map(|(p, pod)| {
-                CONTAINERS.map(|c| ContainerSample {
-                    namespace: Cow::Borrowed(self.namespaces[p % NAMESPACES].as_str()),
-                    pod: Cow::Borrowed(pod.as_str()),
-                    container: Cow::Borrowed(c),
-                    sample,
-                })
-            })
-            .collect();
-        NodeScrape {
-            node: Some(Sample {
-                cpu_usage_ns_total: Some(cpu * 40),
-                memory_working_set_bytes: Some(8 << 30),
-                ..sample
-            }),
-            containers,
-        }
-    }
-
-    /// A store where every node was scraped twice (usage exists).
-    fn filled_store(&self) -> Store {
-        let store = Store::new(Config::new(Duration::from_secs(15)));
-        for round in 0..2 {
-            for n in 0..self.nodes.len() {
-                store.ingest(
-                    &self.nodes[n],
-                    &self.scrape(n, round),
-                    T0 + round * 15 * SECOND,
-                );
-            }
-        }
-        store
-    }
-}
 
 fn ingest(c: &mut Criterion) {
     let mut group = c.benchmark_group("ingest");
@@ -112,7 +31,7 @@ fn ingest(c: &mut Criterion) {
                     (n, round, cluster.scrape(n, round))
                 },
                 |(n, round, scrape)| {
-                    let now = T0 + *round * 15 * SECOND;
+                    let now = Cluster::time(*round);
                     black_box(store.ingest(&cluster.nodes[*n], scrape, now))
                 },
                 BatchSize::SmallInput,
@@ -126,7 +45,7 @@ fn read(c: &mut Criterion) {
     let mut group = c.benchmark_group("read");
     let cluster = Cluster::new(1_000, 30);
     let store = cluster.filled_store();
-    let now = T0 + 15 * SECOND;
+    let now = Cluster::time(1);
     let keys: Vec<(&str, &str)> = cluster
         .pods
         .iter()

@@ -5,8 +5,10 @@
 //! - [`fixture`]: reads a file of the repository's `testdata/kubelet/`.
 //! - [`Payload`]: a named kubelet body with its source, ready to parse.
 //! - [`scale`]: the scale harness (the server binary against a simulated cluster).
+//! - [`synthetic`]: a synthetic cluster of parsed scrapes for the store benches.
 
 pub mod scale;
+pub mod synthetic;
 
 use std::path::PathBuf;
 

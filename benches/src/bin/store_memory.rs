@@ -7,17 +7,11 @@
 //!
 //! Usage: `cargo run --release -p benches --bin store_memory [NODES] [PODS]`
 
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use scraper::point::{ContainerSample, NodeName, NodeScrape, Sample};
+use benches::synthetic::{CONTAINERS, Cluster, NAMESPACES, T0};
 use scraper::store::{Config, Store};
-
-const SECOND: i64 = 1_000_000_000;
-const T0: i64 = 1_700_000_000 * SECOND;
-const NAMESPACES: usize = 10;
-const CONTAINERS: [&str; 2] = ["app", "sidecar-proxy"];
 
 /// The resident set size of this process, bytes.
 fn rss_bytes() -> anyhow::Result<u64> {
@@ -35,81 +29,6 @@ fn rss_bytes() -> anyhow::Result<u64> {
         .parse()
         .context("parsing VmRSS")?;
     Ok(kib * 1024)
-}
-
-/// Random-looking but deterministic lowercase names of a fixed length (metrics-server's
-/// storage benchmark uses 20-character namespaces and node suffixes, 10-character pod parts).
-fn token(seed: u64, len: usize) -> String {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        })
-        .collect()
-}
-
-struct Cluster {
-    nodes: Vec<NodeName>,
-    namespaces: Vec<String>,
-    pods: Vec<Vec<String>>,
-}
-
-impl Cluster {
-    fn new(nodes: usize, pods: usize) -> Cluster {
-        Cluster {
-            nodes: (0..nodes)
-                .map(|n| NodeName::from(format!("node-{}", token(n as u64, 20)).as_str()))
-                .collect(),
-            namespaces: (0..NAMESPACES)
-                .map(|i| token(1_000_000 + i as u64, 20))
-                .collect(),
-            pods: (0..nodes)
-                .map(|n| {
-                    (0..pods)
-                        .map(|p| {
-                            let seed = (n * pods + p) as u64;
-                            format!("deploy-{}-{seed:05x}", token(seed % 100, 10))
-                        })
-                        .collect()
-                })
-                .collect(),
-        }
-    }
-
-    /// Scrape `round` of node `n`: every container uses 0.25 cores.
-    fn scrape(&self, n: usize, round: i64) -> NodeScrape<'_> {
-        let ts = T0 + round * 15 * SECOND;
-        let cpu = (round as u64 + 1) * 15 * 250_000_000;
-        let sample = |memory: u64| Sample {
-            timestamp_ns: ts,
-            cpu_usage_ns_total: Some(cpu),
-            cpu_nanocores: None,
-            memory_working_set_bytes: Some(memory),
-            start_time_ns: Some(T0 - 3600 * SECOND),
-        };
-        let containers = self.pods[n]
-            .iter()
-            .enumerate()
-            .flat_map(|(p, pod)| {
-                CONTAINERS.map(|c| ContainerSample {
-                    namespace: Cow::Borrowed(self.namespaces[p % NAMESPACES].as_str()),
-                    pod: Cow::Borrowed(pod.as_str()),
-                    container: Cow::Borrowed(c),
-                    sample: sample(64 << 20),
-                })
-            })
-            .collect();
-        NodeScrape {
-            node: Some(Sample {
-                cpu_usage_ns_total: Some(cpu * 40),
-                ..sample(8 << 30)
-            }),
-            containers,
-        }
-    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -136,7 +55,7 @@ fn main() -> anyhow::Result<()> {
     );
     println!("rss_before_store_kib={}", before / 1024);
     for round in 0..3 {
-        let now = T0 + round * 15 * SECOND;
+        let now = Cluster::time(round);
         let mut ingest = Duration::ZERO;
         let mut with_usage = 0;
         for n in 0..nodes {
@@ -161,7 +80,7 @@ fn main() -> anyhow::Result<()> {
             bail!("expected every pod to have usage after round {}", round + 1);
         }
     }
-    let now = T0 + 2 * 15 * SECOND;
+    let now = Cluster::time(2);
     let points = store.points();
     println!(
         "points_nodes={} points_containers={}",
