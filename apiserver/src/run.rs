@@ -192,7 +192,11 @@ pub async fn run_with(
             false,
         ),
         Cluster::Kube(c) => (Some(*c), Arc::new(Inventory::new()), false),
-        Cluster::Static(inventory) => (None, inventory, true),
+        Cluster::Static(inventory) => {
+            // Filled by its owner: as listed as it will ever be.
+            inventory.mark_synced();
+            (None, inventory, true)
+        }
     };
     let kubelet_client =
         kubelet::client::Client::new(kubelet_config(&config, kube_config.as_ref())?)
@@ -210,7 +214,12 @@ pub async fn run_with(
         &mut registry,
     ));
     let requests = Requests::new(&mut registry);
-    let admission = Arc::new(Admission::new(config.shed(), store.clone(), &mut registry));
+    let admission = Arc::new(Admission::new(
+        config.shed(),
+        store.clone(),
+        progress.clone(),
+        &mut registry,
+    ));
     let cold_store = Arc::new(admission.cold_store());
     selfmetrics::register_process_metrics(&mut registry);
     let registry = Arc::new(registry);

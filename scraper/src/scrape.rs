@@ -1,21 +1,37 @@
-//! The scrape loop: every `--metric-resolution` period, one request per node, spread evenly
-//! over the period, at most `max_in_flight` at once, each bounded by a deadline that counts
-//! any queueing. Each node's result goes to the store as soon as it arrives: there is no
-//! barrier waiting for the slowest kubelet (metrics-server waits for all, §3.2).
+//! The scrape loop. It starts once the inventory's first list of nodes and pods is in and
+//! runs every node through two regimes:
+//!
+//! - **Warm-up** (at start, and for a node that appears later, at once): a first scrape of
+//!   every node together, spread over at most [`FIRST_ROUND_SPREAD`] and bounded by the
+//!   in-flight limit; then the node again as soon as a rate can be computed, that is when
+//!   the kubelet's sample timestamps have moved on (see [`warmup`]). A node leaves warm-up
+//!   when nothing it reported waits for a second point, when a scrape fails, or after about
+//!   one period. With `usageNanoCores` (`--kubelet-source=summary`) the first scrape is
+//!   enough.
+//! - **Steady**: every `--metric-resolution` period, one request per node, spread evenly
+//!   over the period, each bounded by a deadline that counts any queueing.
+//!
+//! Each node's result goes to the store as soon as it arrives: there is no barrier waiting
+//! for the slowest kubelet (metrics-server waits for all, §3.2). [`Progress`] tells the
+//! health checks and the cold-store rule when the first round is complete: every node of the
+//! first list answered (with nothing left to wait for) or failed.
 //!
 //! # Layout
-//! - this file: [`Config`], [`Progress`], [`run`] and the period planning.
+//! - this file: [`Config`], [`Progress`], [`NodeSource`], [`run`] and the schedule.
+//! - [`warmup`]: when a warming node is asked again.
 //! - [`node`]: one node's scrape: resolve, queue, fetch, parse, store, count, log.
 
 mod node;
+mod warmup;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +44,7 @@ use crate::selector::LabelSelector;
 use crate::store::Store;
 
 pub use node::Error;
+pub use warmup::FIRST_ROUND_SPREAD;
 
 /// Scrape settings (metrics-server flag names in the docs).
 #[derive(Clone, Debug)]
@@ -50,16 +67,34 @@ pub struct Config {
     pub node_selector: LabelSelector,
 }
 
-/// Progress of the loop, read by the health checks.
+// The first round's states; 0 (the default) is "not started".
+const ROUND_RUNNING: u8 = 1;
+const ROUND_COMPLETE: u8 = 2;
+
+/// Progress of the loop, read by the health checks and the cold-store rule.
 #[derive(Debug, Default)]
 pub struct Progress {
     /// When the last tick (period) started, Unix ns; 0 before the first.
     pub last_tick_start_ns: AtomicI64,
     /// When a scrape last finished (success or failure), Unix ns; 0 before the first.
     pub last_scrape_done_ns: AtomicI64,
+    /// Not started (0), running or complete.
+    first_round: AtomicU8,
+    /// Nodes of the first round still warming up.
+    first_round_pending: AtomicUsize,
 }
 
 impl Progress {
+    /// Progress of a store that its owner filled, with no loop behind it (benches, tests):
+    /// its first round counts as complete.
+    pub fn completed() -> Self {
+        let progress = Progress::default();
+        progress
+            .first_round
+            .store(ROUND_COMPLETE, Ordering::Release);
+        progress
+    }
+
     /// When the last tick started, if any.
     pub fn last_tick_start_ns(&self) -> Option<i64> {
         Some(self.last_tick_start_ns.load(Ordering::Relaxed)).filter(|&t| t != 0)
@@ -69,6 +104,38 @@ impl Progress {
     pub fn last_scrape_done_ns(&self) -> Option<i64> {
         Some(self.last_scrape_done_ns.load(Ordering::Relaxed)).filter(|&t| t != 0)
     }
+
+    /// Whether every node of the first list has answered (with no series left waiting for
+    /// a second point) or failed. Until then the store may hold a partial cluster.
+    pub fn first_round_complete(&self) -> bool {
+        self.first_round.load(Ordering::Acquire) == ROUND_COMPLETE
+    }
+
+    /// Nodes of the first round still warming up; `None` before the round starts (the
+    /// inventory has not listed yet) and once it is complete.
+    pub fn first_round_pending(&self) -> Option<usize> {
+        (self.first_round.load(Ordering::Acquire) == ROUND_RUNNING)
+            .then(|| self.first_round_pending.load(Ordering::Acquire))
+    }
+
+    fn start_first_round(&self, nodes: usize) {
+        self.first_round_pending.store(nodes, Ordering::Release);
+        let state = if nodes == 0 {
+            ROUND_COMPLETE
+        } else {
+            ROUND_RUNNING
+        };
+        self.first_round.store(state, Ordering::Release);
+    }
+
+    /// One node of the first round is done; true when it was the last.
+    fn first_round_node_done(&self) -> bool {
+        let before = self.first_round_pending.fetch_sub(1, Ordering::AcqRel);
+        if before == 1 {
+            self.first_round.store(ROUND_COMPLETE, Ordering::Release);
+        }
+        before == 1
+    }
 }
 
 /// Where the loop gets the nodes to scrape: the [`Inventory`] in production, anything that
@@ -76,11 +143,30 @@ impl Progress {
 pub trait NodeSource: Send + Sync + 'static {
     /// Every node, sorted by name.
     fn nodes(&self) -> Vec<Arc<NodeRecord>>;
+
+    /// Whether the first list of nodes and pods is in: the loop starts only then.
+    fn synced(&self) -> bool {
+        true
+    }
+
+    /// A receiver that changes when the node set does, so a new node is scraped at once and
+    /// a deleted one forgotten at once; `None`: changes are seen at the next period.
+    fn subscribe(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
 }
 
 impl NodeSource for Inventory {
     fn nodes(&self) -> Vec<Arc<NodeRecord>> {
         Inventory::nodes(self)
+    }
+
+    fn synced(&self) -> bool {
+        Inventory::synced(self)
+    }
+
+    fn subscribe(&self) -> Option<watch::Receiver<u64>> {
+        Some(Inventory::subscribe(self))
     }
 }
 
@@ -108,12 +194,19 @@ impl Clock {
         self.base_unix_ns
             .saturating_add(i64::try_from(since).unwrap_or(i64::MAX))
     }
+
+    /// The instant of a Unix time (the clock's start for anything before it).
+    fn instant(&self, unix_ns: i64) -> Instant {
+        let since = u64::try_from(unix_ns.saturating_sub(self.base_unix_ns)).unwrap_or(0);
+        self.base + Duration::from_nanos(since)
+    }
 }
 
 /// What every node task shares.
 struct Shared {
     config: Config,
     request_timeout: Duration,
+    resolution: Duration,
     resolver: Resolver,
     store: Arc<Store>,
     client: Client,
@@ -134,6 +227,16 @@ struct Period {
 }
 
 impl Period {
+    fn new(shared: &Shared, start: Instant, nodes: usize) -> Arc<Period> {
+        if nodes == 0 {
+            shared.period_done(start);
+        }
+        Arc::new(Period {
+            start,
+            remaining: AtomicUsize::new(nodes),
+        })
+    }
+
     fn finish_one(&self, shared: &Shared) {
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             shared.period_done(self.start);
@@ -176,6 +279,7 @@ pub async fn run<N: NodeSource + ?Sized>(
         slots: Semaphore::new(config.max_in_flight.max(1)),
         config,
         request_timeout,
+        resolution,
         resolver,
         store,
         client,
@@ -185,40 +289,54 @@ pub async fn run<N: NodeSource + ?Sized>(
         nodes: parking_lot::Mutex::new(HashMap::new()),
     });
 
-    let mut ticker = tokio::time::interval(resolution);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut in_flight: HashMap<NodeName, AbortHandle> = HashMap::new();
-    let mut known: HashSet<NodeName> = HashSet::new();
-    let mut queue: VecDeque<(Instant, Arc<NodeRecord>, Arc<Period>)> = VecDeque::new();
+    let mut changes = inventory.subscribe();
+    while !inventory.synced() {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            () = changed(&mut changes, SYNC_POLL) => {}
+        }
+    }
 
+    let start = Instant::now();
+    let mut schedule = Schedule::new(shared, inventory);
+    schedule.first_round(start);
+    let mut ticker = tokio::time::interval_at(start + resolution, resolution);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
     loop {
-        let next_start = queue.front().map(|(at, _, _)| *at);
+        let next = schedule.next_due();
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            tick = ticker.tick() => {
-                queue = plan(&shared, &*inventory, tick, resolution, &mut known, &mut in_flight);
+            tick = ticker.tick() => schedule.tick(tick),
+            () = changed(&mut changes, Duration::MAX) => {
+                schedule.sync(Instant::now());
             }
-            () = sleep_until(next_start), if next_start.is_some() => {
-                let now = Instant::now();
-                while queue.front().is_some_and(|(at, _, _)| *at <= now) {
-                    let Some((start, record, period)) = queue.pop_front() else { break };
-                    let name = record.name.clone();
-                    let handle = tasks.spawn(node::scrape(shared.clone(), record, start, period));
-                    in_flight.insert(name, handle);
-                }
-            }
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Err(e) = joined
-                    && e.is_panic()
-                {
-                    tracing::error!(error = %e, "node scrape task panicked");
-                }
+            () = sleep_until(next), if next.is_some() => schedule.start_due(Instant::now()),
+            Some(joined) = schedule.tasks.join_next(), if !schedule.tasks.is_empty() => {
+                schedule.finished(joined, Instant::now());
             }
         }
     }
-    tasks.shutdown().await;
+    schedule.tasks.shutdown().await;
+}
+
+/// How often a source without change notifications is asked whether it has listed.
+const SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// Resolves when `changes` changes; without a receiver (or once its sender is gone), after
+/// `poll` (`Duration::MAX`: never).
+async fn changed(changes: &mut Option<watch::Receiver<u64>>, poll: Duration) {
+    if let Some(rx) = changes {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+        *changes = None;
+    }
+    match Instant::now().checked_add(poll) {
+        Some(at) if poll != Duration::MAX => tokio::time::sleep_until(at).await,
+        _ => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -228,59 +346,328 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Starts a period: records progress, evicts stale data, forgets nodes that are gone and
-/// lays out this period's start times (node i of n at i x period / n).
-fn plan<N: NodeSource + ?Sized>(
-    shared: &Arc<Shared>,
-    inventory: &N,
-    now: Instant,
-    resolution: Duration,
-    known: &mut HashSet<NodeName>,
-    in_flight: &mut HashMap<NodeName, AbortHandle>,
-) -> VecDeque<(Instant, Arc<NodeRecord>, Arc<Period>)> {
-    let now_ns = shared.clock.unix_ns(now);
-    shared
-        .progress
-        .last_tick_start_ns
-        .store(now_ns, Ordering::Relaxed);
-    shared.store.evict_stale(now_ns);
+/// One scheduled scrape in the heap; stale entries (rescheduled or forgotten nodes) are
+/// skipped when popped.
+type Due = Reverse<(Instant, u64, NodeName)>;
 
-    let selector = &shared.config.node_selector;
-    let nodes: Vec<Arc<NodeRecord>> = inventory
-        .nodes()
-        .into_iter()
-        .filter(|n| selector.matches(&n.labels))
-        .collect();
-    let current: HashSet<NodeName> = nodes.iter().map(|n| n.name.clone()).collect();
-    for gone in known.difference(&current) {
-        if let Some(handle) = in_flight.remove(gone) {
-            handle.abort();
+/// What the loop knows of one node.
+struct Tracked {
+    record: Arc<NodeRecord>,
+    /// Tells this node's task outcomes from those of an earlier node of the same name.
+    epoch: u64,
+    /// While warming up: when the warm-up started, and the scrapes it has had.
+    warming: Option<(Instant, u32)>,
+    /// Counted in the first round until its warm-up ends.
+    first_round: bool,
+    /// The scheduled scrape: its heap sequence number and the period it belongs to.
+    next: Option<(u64, Option<Arc<Period>>)>,
+    task: Option<AbortHandle>,
+}
+
+/// How the first round ended, for its log line.
+#[derive(Debug, Default)]
+struct RoundTally {
+    nodes: usize,
+    warm: usize,
+    failed: usize,
+    gave_up: usize,
+}
+
+/// Why a node's warm-up ended.
+#[derive(Clone, Copy, Debug)]
+enum WarmupEnd {
+    /// Nothing it reported waits for a second point.
+    Warm,
+    /// A scrape failed: it is retried on the steady schedule.
+    Failed,
+    /// About a period passed with series still waiting (a kubelet slower than the period,
+    /// or data that never yields a rate): the steady schedule takes it over.
+    GaveUp,
+    /// It left the inventory or the node selector.
+    Gone,
+}
+
+/// The schedule: every tracked node, the heap of due scrapes, the running scrape tasks.
+struct Schedule<N: ?Sized> {
+    shared: Arc<Shared>,
+    inventory: Arc<N>,
+    nodes: HashMap<NodeName, Tracked>,
+    due: BinaryHeap<Due>,
+    seq: u64,
+    tasks: JoinSet<node::Outcome>,
+    started: Instant,
+    tally: RoundTally,
+}
+
+impl<N: NodeSource + ?Sized> Schedule<N> {
+    fn new(shared: Arc<Shared>, inventory: Arc<N>) -> Self {
+        Schedule {
+            shared,
+            inventory,
+            nodes: HashMap::new(),
+            due: BinaryHeap::new(),
+            seq: 0,
+            tasks: JoinSet::new(),
+            started: Instant::now(),
+            tally: RoundTally::default(),
         }
-        shared.store.remove_node(gone.as_str());
-        shared.metrics.forget_node(gone.as_str());
-        shared.nodes.lock().remove(gone);
-        node::forgotten(gone);
     }
-    in_flight.retain(|_, handle| !handle.is_finished());
-    *known = current;
 
-    let period = Arc::new(Period {
-        start: now,
-        remaining: AtomicUsize::new(nodes.len()),
-    });
-    if nodes.is_empty() {
-        shared.period_done(now);
-        return VecDeque::new();
+    fn selected(&self) -> Vec<Arc<NodeRecord>> {
+        let selector = &self.shared.config.node_selector;
+        self.inventory
+            .nodes()
+            .into_iter()
+            .filter(|n| selector.matches(&n.labels))
+            .collect()
     }
-    let n = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
-    nodes
-        .into_iter()
-        .enumerate()
-        .map(|(i, record)| {
-            let i = u32::try_from(i).unwrap_or(u32::MAX);
-            (now + resolution / n * i, record, period.clone())
-        })
-        .collect()
+
+    fn record_tick(&self, now: Instant) {
+        let now_ns = self.shared.clock.unix_ns(now);
+        self.shared
+            .progress
+            .last_tick_start_ns
+            .store(now_ns, Ordering::Relaxed);
+        self.shared.store.evict_stale(now_ns);
+    }
+
+    /// The warm-up round: every node at once, spread over at most [`FIRST_ROUND_SPREAD`].
+    fn first_round(&mut self, now: Instant) {
+        self.started = now;
+        self.record_tick(now);
+        let nodes = self.selected();
+        self.tally.nodes = nodes.len();
+        self.shared.progress.start_first_round(nodes.len());
+        tracing::info!(nodes = nodes.len(), "inventory listed; first scrape round");
+        let period = Period::new(&self.shared, now, nodes.len());
+        let spread = FIRST_ROUND_SPREAD.min(self.shared.resolution);
+        for (at, record) in spaced(now, spread, nodes) {
+            let name = record.name.clone();
+            self.track(record, now, true);
+            self.schedule(&name, at, Some(period.clone()));
+        }
+    }
+
+    /// A period: steady nodes spread evenly over it; warm-ups that have lasted about a
+    /// period end and join it; nodes the inventory no longer has are forgotten.
+    fn tick(&mut self, now: Instant) {
+        self.record_tick(now);
+        let nodes = self.sync(now);
+        let resolution = self.shared.resolution;
+        let spread = FIRST_ROUND_SPREAD.min(resolution);
+        let mut steady = Vec::with_capacity(nodes.len());
+        for record in nodes {
+            let Some(tracked) = self.nodes.get_mut(&record.name) else {
+                continue;
+            };
+            tracked.record = record.clone();
+            if let Some((since, _)) = tracked.warming {
+                if now.saturating_duration_since(since) + spread < resolution {
+                    continue;
+                }
+                self.end_warmup(&record.name, WarmupEnd::GaveUp, now);
+            }
+            steady.push(record);
+        }
+        let period = Period::new(&self.shared, now, steady.len());
+        for (at, record) in spaced(now, resolution, steady) {
+            self.schedule(&record.name, at, Some(period.clone()));
+        }
+    }
+
+    /// Brings the tracked set in line with the inventory: new nodes start their warm-up now,
+    /// gone ones are forgotten. Returns the selected nodes, sorted by name.
+    fn sync(&mut self, now: Instant) -> Vec<Arc<NodeRecord>> {
+        let nodes = self.selected();
+        let current: HashSet<&NodeName> = nodes.iter().map(|n| &n.name).collect();
+        let gone: Vec<NodeName> = self
+            .nodes
+            .keys()
+            .filter(|name| !current.contains(name))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.forget(&name, now);
+        }
+        for record in &nodes {
+            match self.nodes.get_mut(&record.name) {
+                Some(tracked) => tracked.record = record.clone(),
+                None => {
+                    tracing::debug!(node = %record.name, "new node: warming up");
+                    let name = record.name.clone();
+                    self.track(record.clone(), now, false);
+                    self.schedule(&name, now, None);
+                }
+            }
+        }
+        nodes
+    }
+
+    fn track(&mut self, record: Arc<NodeRecord>, now: Instant, first_round: bool) {
+        self.seq += 1;
+        let tracked = Tracked {
+            record: record.clone(),
+            epoch: self.seq,
+            warming: Some((now, 0)),
+            first_round,
+            next: None,
+            task: None,
+        };
+        self.nodes.insert(record.name.clone(), tracked);
+    }
+
+    /// Sets the node's next scrape; one it replaces counts as done for its period.
+    fn schedule(&mut self, name: &NodeName, at: Instant, period: Option<Arc<Period>>) {
+        let Some(tracked) = self.nodes.get_mut(name) else {
+            return;
+        };
+        self.seq += 1;
+        if let Some((_, Some(replaced))) = tracked.next.replace((self.seq, period)) {
+            replaced.finish_one(&self.shared);
+        }
+        self.due.push(Reverse((at, self.seq, name.clone())));
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Starts every scrape that is due.
+    fn start_due(&mut self, now: Instant) {
+        while let Some(Reverse((at, seq, _))) = self.due.peek()
+            && *at <= now
+        {
+            let (at, seq) = (*at, *seq);
+            let Some(Reverse((_, _, name))) = self.due.pop() else {
+                break;
+            };
+            let Some(tracked) = self.nodes.get_mut(&name) else {
+                continue;
+            };
+            if tracked.next.as_ref().is_none_or(|(s, _)| *s != seq) {
+                continue;
+            }
+            let period = tracked.next.take().and_then(|(_, period)| period);
+            let kind = if tracked.warming.is_some() {
+                node::Kind::Warmup
+            } else {
+                node::Kind::Steady
+            };
+            let handle = self.tasks.spawn(node::scrape(
+                self.shared.clone(),
+                tracked.record.clone(),
+                tracked.epoch,
+                at,
+                kind,
+                period,
+            ));
+            tracked.task = Some(handle);
+        }
+    }
+
+    /// A scrape task ended: a warming node is asked again, or leaves warm-up.
+    fn finished(&mut self, joined: Result<node::Outcome, JoinError>, now: Instant) {
+        let outcome = match joined {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                if e.is_panic() {
+                    tracing::error!(error = %e, "node scrape task panicked");
+                }
+                return;
+            }
+        };
+        let Some(tracked) = self.nodes.get_mut(&outcome.node) else {
+            return;
+        };
+        if tracked.epoch != outcome.epoch {
+            return;
+        }
+        let Some((since, attempts)) = &mut tracked.warming else {
+            return;
+        };
+        *attempts += 1;
+        let (since, attempts) = (*since, *attempts);
+        match outcome.ingested {
+            None => self.end_warmup(&outcome.node, WarmupEnd::Failed, now),
+            Some(ingested) if ingested.pending == 0 => {
+                self.end_warmup(&outcome.node, WarmupEnd::Warm, now);
+            }
+            Some(ingested) => {
+                let refresh = warmup::expected_refresh_ns(ingested.pending_newest_ns);
+                let at = warmup::next_attempt(attempts, self.shared.clock.instant(refresh), now);
+                tracing::trace!(node = %outcome.node, pending = ingested.pending, attempts,
+                    since_ms = now.saturating_duration_since(since).as_millis() as u64,
+                    "warming up: series wait for a newer sample");
+                // A tick past about a period of warm-up replaces this with the steady slot.
+                self.schedule(&outcome.node, at, None);
+            }
+        }
+    }
+
+    fn end_warmup(&mut self, name: &NodeName, end: WarmupEnd, now: Instant) {
+        let Some(tracked) = self.nodes.get_mut(name) else {
+            return;
+        };
+        let Some((since, attempts)) = tracked.warming.take() else {
+            return;
+        };
+        tracing::debug!(node = %name, ?end, attempts,
+            elapsed_ms = now.saturating_duration_since(since).as_millis() as u64,
+            "warm-up done");
+        if !std::mem::take(&mut tracked.first_round) {
+            return;
+        }
+        match end {
+            WarmupEnd::Warm => self.tally.warm += 1,
+            WarmupEnd::Failed => self.tally.failed += 1,
+            WarmupEnd::GaveUp => self.tally.gave_up += 1,
+            WarmupEnd::Gone => {}
+        }
+        if self.shared.progress.first_round_node_done() {
+            let t = &self.tally;
+            tracing::info!(
+                nodes = t.nodes,
+                warm = t.warm,
+                failed = t.failed,
+                gave_up = t.gave_up,
+                elapsed_ms = now.saturating_duration_since(self.started).as_millis() as u64,
+                "first scrape round complete"
+            );
+        }
+    }
+
+    /// A node left the inventory or the selector: its scrape is cancelled and its data and
+    /// series are dropped.
+    fn forget(&mut self, name: &NodeName, now: Instant) {
+        self.end_warmup(name, WarmupEnd::Gone, now);
+        let Some(tracked) = self.nodes.remove(name) else {
+            return;
+        };
+        if let Some(task) = tracked.task {
+            task.abort();
+        }
+        if let Some((_, Some(period))) = tracked.next {
+            period.finish_one(&self.shared);
+        }
+        self.shared.store.remove_node(name.as_str());
+        self.shared.metrics.forget_node(name.as_str());
+        self.shared.nodes.lock().remove(name);
+        node::forgotten(name);
+    }
+}
+
+/// Start times of `nodes` spread evenly over `over` from `start`: node i of n at
+/// `start + i x over / n`.
+fn spaced(
+    start: Instant,
+    over: Duration,
+    nodes: Vec<Arc<NodeRecord>>,
+) -> impl Iterator<Item = (Instant, Arc<NodeRecord>)> {
+    let n = u32::try_from(nodes.len()).unwrap_or(u32::MAX).max(1);
+    nodes.into_iter().enumerate().map(move |(i, record)| {
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        (start + over / n * i, record)
+    })
 }
 
 #[cfg(test)]

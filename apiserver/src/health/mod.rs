@@ -21,6 +21,9 @@ pub trait Signals: Send + Sync {
     fn informers_synced(&self) -> bool;
     /// Whether the store holds usable node and pod data.
     fn storage(&self, now_ns: i64) -> Readiness;
+    /// Whether the scrape loop's first round is complete: every node of the first list
+    /// answered (with nothing left to wait for) or failed.
+    fn first_round_complete(&self) -> bool;
     /// When the scrape loop last started a tick, Unix ns.
     fn last_tick_start_ns(&self) -> Option<i64>;
 }
@@ -46,6 +49,10 @@ impl Signals for Sources {
 
     fn storage(&self, now_ns: i64) -> Readiness {
         self.store.readiness(now_ns)
+    }
+
+    fn first_round_complete(&self) -> bool {
+        self.progress.first_round_complete()
     }
 
     fn last_tick_start_ns(&self) -> Option<i64> {
@@ -296,10 +303,14 @@ impl Health {
         }
     }
 
-    /// metrics-server `storage.Ready()` (nodes AND pods), or the start-up timeout has passed.
+    /// The scrape loop's first round is complete and the store has node and pod usage
+    /// (metrics-server `storage.Ready()`, which only asks for one of each), or the start-up
+    /// timeout has passed: a replica takes traffic only once it would serve the whole
+    /// cluster.
     fn storage_ready(&self, now_ns: i64) -> Result<(), &'static str> {
+        let first_round = self.signals.first_round_complete();
         let readiness = self.signals.storage(now_ns);
-        if readiness.nodes && readiness.pods {
+        if first_round && readiness.nodes && readiness.pods {
             if !self.storage_was_ready.swap(true, Ordering::Relaxed) {
                 tracing::info!("metric storage is ready: node and pod metrics available");
             }
@@ -317,6 +328,7 @@ impl Health {
             if now_ns >= deadline_ns {
                 if !self.startup_timeout_logged.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
+                        first_round,
                         nodes = readiness.nodes,
                         pods = readiness.pods,
                         timeout = ?timeout,
@@ -327,7 +339,9 @@ impl Health {
                 return Ok(());
             }
         }
-        Err(if readiness.nodes {
+        Err(if readiness.nodes && readiness.pods {
+            "the first scrape round is not complete: metrics of some nodes are missing"
+        } else if readiness.nodes {
             "no metrics to serve: pod metrics are missing, this may indicate a \
              container-runtime or kubelet issue"
         } else {

@@ -6,6 +6,7 @@ use parking_lot::Mutex;
 struct Fake {
     synced: Mutex<bool>,
     storage: Mutex<Readiness>,
+    first_round: Mutex<bool>,
     tick: Mutex<Option<i64>>,
 }
 
@@ -15,6 +16,9 @@ impl Signals for Fake {
     }
     fn storage(&self, _now_ns: i64) -> Readiness {
         *self.storage.lock()
+    }
+    fn first_round_complete(&self) -> bool {
+        *self.first_round.lock()
     }
     fn last_tick_start_ns(&self) -> Option<i64> {
         *self.tick.lock()
@@ -36,6 +40,7 @@ fn health(timeout: Option<u64>) -> (Health, Arc<Fake>) {
 
 fn healthy(fake: &Fake) {
     *fake.synced.lock() = true;
+    *fake.first_round.lock() = true;
     *fake.storage.lock() = Readiness {
         nodes: true,
         pods: true,
@@ -140,6 +145,29 @@ fn storage_needs_both_nodes_and_pods() {
         pods: true,
     };
     assert_eq!(get(&h, "/readyz/metric-storage-ready", None, START).0, 200);
+}
+
+#[test]
+fn storage_waits_for_the_first_round_even_with_some_data() {
+    // A new replica with part of the cluster scraped takes no traffic yet.
+    let (h, fake) = health(Some(30));
+    healthy(&fake);
+    *fake.first_round.lock() = false;
+    assert_eq!(
+        get(&h, "/readyz/metric-storage-ready", None, START),
+        (
+            500,
+            "internal server error: the first scrape round is not complete: metrics of some \
+             nodes are missing\n"
+                .to_owned()
+        )
+    );
+    assert_eq!(get(&h, "/readyz", None, START + S).0, 500);
+    *fake.first_round.lock() = true;
+    assert_eq!(get(&h, "/readyz", None, START + S), (200, "ok".to_owned()));
+    // The start-up timeout still lets a replica whose round never completes in.
+    *fake.first_round.lock() = false;
+    assert_eq!(get(&h, "/readyz", None, START + 30 * S).0, 200);
 }
 
 #[test]

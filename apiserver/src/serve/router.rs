@@ -222,7 +222,7 @@ mod tests {
         let signals = Arc::new(health::Sources {
             inventory,
             store,
-            progress: Arc::new(Progress::default()),
+            progress: Arc::new(Progress::completed()),
             inventory_is_static: true,
         });
         let health = Arc::new(Health::new(

@@ -6,7 +6,10 @@
 //! - `apiserver_flowcontrol_current_executing_requests{class}`: seats in use;
 //! - `apiserver_flowcontrol_current_inqueue_requests{class}`: requests waiting;
 //! - `apiserver_flowcontrol_nominal_limit_seats{class}`: seats (0: unlimited);
-//! - `apiserver_flowcontrol_request_wait_duration_seconds{class,execute}`: time to a decision.
+//! - `apiserver_flowcontrol_request_wait_duration_seconds{class,execute}`: time to a decision;
+//! - `apiserver_storage_incomplete_lists_total{class}`: cluster-wide lists served while the
+//!   first scrape round was still incomplete (after the cold-store window, or with it off),
+//!   which may lack nodes and pods.
 
 use std::time::Duration;
 
@@ -55,6 +58,7 @@ pub struct Metrics {
     inqueue: Family<ClassLabels, Gauge>,
     limit: Family<ClassLabels, Gauge>,
     wait: Family<WaitLabels, Histogram>,
+    incomplete: Family<ClassLabels, Counter>,
 }
 
 impl Metrics {
@@ -66,6 +70,7 @@ impl Metrics {
             inqueue: Family::default(),
             limit: Family::default(),
             wait: Family::new_with_constructor(|| Histogram::new(WAIT_BUCKETS)),
+            incomplete: Family::default(),
         };
         registry.register(
             "apiserver_flowcontrol_rejected_requests",
@@ -93,6 +98,11 @@ impl Metrics {
             Unit::Seconds,
             m.wait.clone(),
         );
+        registry.register(
+            "apiserver_storage_incomplete_lists",
+            "Cluster-wide lists served before the first scrape round was complete, by class",
+            m.incomplete.clone(),
+        );
         // Every limited class shows up at 0 from the start.
         for class in Class::LIMITED {
             m.class(class);
@@ -118,6 +128,15 @@ impl Metrics {
             .get_or_create(&RejectLabels {
                 class: class.as_str(),
                 reason,
+            })
+            .inc();
+    }
+
+    /// Counts one cluster-wide list served from an incomplete first round.
+    pub fn incomplete(&self, class: Class) {
+        self.incomplete
+            .get_or_create(&ClassLabels {
+                class: class.as_str(),
             })
             .inc();
     }

@@ -12,10 +12,13 @@
 //!      length and wait; then a 429 with an adaptive Retry-After (at most 2 s for HPA-shaped
 //!      requests).
 //! - [`ColdStore`] (the storage layer's place: after authorization, so an unauthorized
-//!   caller still gets its 403): while the store has no node or no pod usage yet, and for at
-//!   most the startup window, cluster-wide LISTs get 429 `storage is (re)initializing` with
-//!   `Retry-After = clamp(e^(0.06 t), 1, 30)`; namespaced LISTs and GETs are served from what
-//!   exists. Exempt users and paths are exempt here too.
+//!   caller still gets its 403): until the scrape loop's first round is complete and the
+//!   store has node and pod usage, and for at most the startup window, cluster-wide LISTs
+//!   get 429 `storage is (re)initializing` with `Retry-After = clamp(e^(0.06 t), 1, 30)`;
+//!   namespaced LISTs and GETs are served from what exists. One served past the window
+//!   while the round is still incomplete is logged (once) and counted
+//!   (`apiserver_storage_incomplete_lists_total`). Exempt users and paths are exempt here
+//!   too.
 //!
 //! Every 429 is a JSON `Status` (reason `TooManyRequests`, `details.retryAfterSeconds`) with
 //! an integer `Retry-After` header, and no `X-Kubernetes-PF-*` headers (kube-apiserver adds
@@ -43,6 +46,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use http::request::Parts;
 use prometheus_client::registry::Registry;
+use scraper::scrape::Progress;
 use scraper::store::Store;
 use tokio::time::Instant;
 
@@ -133,9 +137,14 @@ impl std::fmt::Debug for Admission {
 }
 
 impl Admission {
-    /// Admission over `store` (whose readiness decides the cold-store rule), started now,
-    /// with its metric families registered on `registry`.
-    pub fn new(config: Config, store: Arc<Store>, registry: &mut Registry) -> Self {
+    /// Admission over `store` and the scrape loop's `progress` (which decide the cold-store
+    /// rule), started now, with its metric families registered on `registry`.
+    pub fn new(
+        config: Config,
+        store: Arc<Store>,
+        progress: Arc<Progress>,
+        registry: &mut Registry,
+    ) -> Self {
         let metrics = Metrics::new(registry);
         let started = Instant::now();
         let [a, d] = config.limits();
@@ -150,9 +159,11 @@ impl Admission {
             ],
             cold: Arc::new(Cold {
                 store,
+                progress,
                 started,
                 window: config.cold_store_window,
-                warm: AtomicBool::new(config.cold_store_window.is_zero()),
+                warm: AtomicBool::new(false),
+                incomplete_logged: AtomicBool::new(false),
             }),
             exempt: metrics.class(Class::Exempt),
             metrics,
@@ -265,10 +276,18 @@ impl ColdStore {
         if !shape.cluster_wide_list {
             return None;
         }
-        let seconds = self.cold.retry_after(Instant::now(), (self.clock)())?;
-        self.metrics.rejected(shape.class, STORAGE_INITIALIZING);
-        shed(shape.class, STORAGE_INITIALIZING, flow, seconds);
-        Some(Status::too_many_requests(INITIALIZING, seconds).into_response())
+        match self.cold.check(Instant::now(), (self.clock)()) {
+            Coldness::Warm => None,
+            Coldness::Incomplete => {
+                self.metrics.incomplete(shape.class);
+                None
+            }
+            Coldness::Cold { retry_after } => {
+                self.metrics.rejected(shape.class, STORAGE_INITIALIZING);
+                shed(shape.class, STORAGE_INITIALIZING, flow, retry_after);
+                Some(Status::too_many_requests(INITIALIZING, retry_after).into_response())
+            }
+        }
     }
 }
 
@@ -309,25 +328,53 @@ impl Drop for ExemptSeat {
 #[derive(Debug)]
 struct Cold {
     store: Arc<Store>,
+    progress: Arc<Progress>,
     started: Instant,
     window: Duration,
-    /// Latched once the store was ready or the window passed: a later gap in the data is
+    /// Latched once the first round was complete with data: a later gap in the data is
     /// served as it is (staleness handles it), not rejected.
     warm: AtomicBool,
+    /// The first incomplete list was logged.
+    incomplete_logged: AtomicBool,
+}
+
+/// What the cold-store rule says of a cluster-wide LIST now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Coldness {
+    /// Served: the data is complete.
+    Warm,
+    /// Served, though the first round is incomplete (the window passed, or is off).
+    Incomplete,
+    /// Rejected with this Retry-After.
+    Cold { retry_after: u32 },
 }
 
 impl Cold {
-    /// The Retry-After for a cluster-wide LIST while the store is cold, else `None`.
-    fn retry_after(&self, now: Instant, now_ns: i64) -> Option<u32> {
+    fn check(&self, now: Instant, now_ns: i64) -> Coldness {
         if self.warm.load(Ordering::Relaxed) {
-            return None;
+            return Coldness::Warm;
+        }
+        let readiness = self.store.readiness(now_ns);
+        if self.progress.first_round_complete() && readiness.nodes && readiness.pods {
+            self.warm.store(true, Ordering::Relaxed);
+            return Coldness::Warm;
         }
         let t = now.saturating_duration_since(self.started);
-        let readiness = self.store.readiness(now_ns);
-        if t >= self.window || (readiness.nodes && readiness.pods) {
-            self.warm.store(true, Ordering::Relaxed);
-            return None;
+        if self.window.is_zero() || t >= self.window {
+            if !self.incomplete_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    pending_nodes = self.progress.first_round_pending(),
+                    nodes = readiness.nodes,
+                    pods = readiness.pods,
+                    window = ?self.window,
+                    "serving a cluster-wide list before the first scrape round is complete: \
+                     it may lack nodes and pods (counted in apiserver_storage_incomplete_lists_total)"
+                );
+            }
+            return Coldness::Incomplete;
         }
-        Some(retry::cold_store_seconds(t))
+        Coldness::Cold {
+            retry_after: retry::cold_store_seconds(t),
+        }
     }
 }

@@ -343,13 +343,18 @@ fn fill(store: &Store) {
     }
 }
 
+/// Admission over an empty store whose scrape loop finished its first round.
 fn admission(config: Config) -> (Admission, Arc<Store>, Registry) {
+    admission_with(config, Progress::completed())
+}
+
+fn admission_with(config: Config, progress: Progress) -> (Admission, Arc<Store>, Registry) {
     let mut registry = Registry::default();
     let store = Arc::new(Store::new(scraper::store::Config::new(
         Duration::from_secs(15),
     )));
-    let admission =
-        Admission::new(config, store.clone(), &mut registry).with_clock(|| T0 + 15 * SECOND);
+    let admission = Admission::new(config, store.clone(), Arc::new(progress), &mut registry)
+        .with_clock(|| T0 + 15 * SECOND);
     (admission, store, registry)
 }
 
@@ -415,6 +420,37 @@ async fn cold_store_gives_up_after_its_window() {
         ..Config::default()
     });
     assert!(never.cold_store().reject(pods, "x").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn data_before_the_first_round_is_complete_is_still_cold_then_counted_as_incomplete() {
+    // A replica that has scraped some nodes but not all: the store has node and pod usage,
+    // but a cluster-wide list would be partial.
+    let (admission, store, registry) = admission_with(
+        Config {
+            cold_store_window: Duration::from_secs(20),
+            ..Config::default()
+        },
+        Progress::default(),
+    );
+    fill(&store);
+    let cold = admission.cold_store();
+    let pods = shape(&Method::GET, "/apis/metrics.k8s.io/v1/pods", None, None);
+    let (code, retry, _) = status_json(cold.reject(pods, "x").unwrap()).await;
+    assert_eq!((code, retry.as_str()), (429, "1"));
+    let incomplete = |registry: &Registry| {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("apiserver_storage_incomplete_lists_total{class=\"default\"}"))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+    };
+    assert_eq!(incomplete(&registry), None);
+    // Past the window it is served, and counted as incomplete every time.
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert!(cold.reject(pods, "x").is_none());
+    assert!(cold.reject(pods, "x").is_none());
+    assert_eq!(incomplete(&registry).as_deref(), Some("2"));
 }
 
 #[tokio::test(start_paused = true)]

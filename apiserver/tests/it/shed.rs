@@ -120,7 +120,12 @@ impl Stack {
             &mut registry,
         ));
         let requests = Requests::new(&mut registry);
-        let admission = Arc::new(Admission::new(config, store.clone(), &mut registry));
+        let admission = Arc::new(Admission::new(
+            config,
+            store.clone(),
+            Arc::new(Progress::completed()),
+            &mut registry,
+        ));
         selfmetrics::register_process_metrics(&mut registry);
         let health = Arc::new(Health::new(
             health::Config {
@@ -131,7 +136,7 @@ impl Stack {
             Arc::new(health::Sources {
                 inventory,
                 store: store.clone(),
-                progress: Arc::new(Progress::default()),
+                progress: Arc::new(Progress::completed()),
                 inventory_is_static: true,
             }),
         ));

@@ -151,8 +151,16 @@ async fn serve(
         &mut registry,
     ));
     let requests = Requests::new(&mut registry);
-    let admission =
-        shedding.map(|config| Arc::new(Admission::new(config, store.clone(), &mut registry)));
+    // The store is filled by the harness: no scrape loop, nothing to warm up.
+    let progress = Arc::new(Progress::completed());
+    let admission = shedding.map(|config| {
+        Arc::new(Admission::new(
+            config,
+            store.clone(),
+            progress.clone(),
+            &mut registry,
+        ))
+    });
     selfmetrics::register_process_metrics(&mut registry);
     let health = Arc::new(Health::new(
         health::Config {
@@ -163,7 +171,7 @@ async fn serve(
         Arc::new(health::Sources {
             inventory,
             store,
-            progress: Arc::new(Progress::default()),
+            progress,
             inventory_is_static: true,
         }),
     ));

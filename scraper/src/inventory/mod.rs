@@ -235,13 +235,29 @@ impl PodMap {
 }
 
 /// The inventory: every node and every Running pod, as slim records.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Inventory {
     nodes: RwLock<BTreeMap<NodeName, Arc<NodeRecord>>>,
     pods: RwLock<PodMap>,
     nodes_synced: AtomicBool,
     pods_synced: AtomicBool,
     interner: Interner,
+    /// Bumped when the set of nodes, a node's labels or the sync state changes: what the
+    /// scrape loop reacts to at once (a new node is scraped right away, not next period).
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Inventory {
+    fn default() -> Self {
+        Inventory {
+            nodes: RwLock::default(),
+            pods: RwLock::default(),
+            nodes_synced: AtomicBool::new(false),
+            pods_synced: AtomicBool::new(false),
+            interner: Interner::default(),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Inventory {
@@ -255,16 +271,32 @@ impl Inventory {
         &self.interner
     }
 
+    /// A receiver whose value changes when the node set, a node's labels or the sync state
+    /// change. Status-only updates of a known node (its heartbeat) do not wake it.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|generation| *generation += 1);
+    }
+
     /// Adds or replaces a node.
     pub fn upsert_node(&self, node: NodeRecord) {
         let node = Arc::new(node);
-        let old = self.nodes.write().insert(node.name.clone(), node);
+        let old = self.nodes.write().insert(node.name.clone(), node.clone());
+        if old.as_ref().is_none_or(|old| old.labels != node.labels) {
+            self.changed();
+        }
         drop(old);
     }
 
     /// Removes a node.
     pub fn remove_node(&self, name: &str) {
         let old = self.nodes.write().remove(name);
+        if old.is_some() {
+            self.changed();
+        }
         drop(old);
     }
 
@@ -288,6 +320,7 @@ impl Inventory {
             .collect();
         let old = std::mem::replace(&mut *self.nodes.write(), new);
         self.nodes_synced.store(true, Ordering::Release);
+        self.changed();
         // The old map is freed outside the lock.
         drop(old);
         self.interner.purge();
@@ -301,9 +334,20 @@ impl Inventory {
             new.insert(Arc::new(pod));
         }
         let old = std::mem::replace(&mut *self.pods.write(), new);
-        self.pods_synced.store(true, Ordering::Release);
+        let first = !self.pods_synced.swap(true, Ordering::AcqRel);
+        if first {
+            self.changed();
+        }
         drop(old);
         self.interner.purge();
+    }
+
+    /// Marks both lists as in: for an inventory its owner fills (the sandbox, benches), not
+    /// watches.
+    pub fn mark_synced(&self) {
+        self.nodes_synced.store(true, Ordering::Release);
+        self.pods_synced.store(true, Ordering::Release);
+        self.changed();
     }
 
     /// A node by name.

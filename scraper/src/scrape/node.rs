@@ -26,9 +26,7 @@ pub enum Error {
     Kubelet(#[from] client::Error),
     /// Waiting for a free slot (`max_in_flight`) or for the node's previous request used up
     /// the whole timeout.
-    #[error(
-        "node {node}: no scrape slot became free within {timeout:?} (--kubelet-request-timeout)"
-    )]
+    #[error("node {node}: no scrape slot became free within {timeout:?}")]
     Queued {
         /// The node.
         node: NodeName,
@@ -58,6 +56,27 @@ impl Error {
     }
 }
 
+/// Which regime a scrape belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// On the evenly spread schedule: one deadline counts queueing and the request.
+    Steady,
+    /// Warm-up: many nodes are due at once, so a scrape may queue for a slot up to a
+    /// resolution; the request deadline counts from the slot.
+    Warmup,
+}
+
+/// What a scrape task hands back to the loop.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    /// The node.
+    pub(super) node: NodeName,
+    /// The loop's epoch of the node when the scrape started.
+    pub(super) epoch: u64,
+    /// What the store did with the data; `None` when the scrape failed.
+    pub(super) ingested: Option<crate::store::Ingested>,
+}
+
 /// What the loop keeps per node between periods.
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -78,16 +97,22 @@ struct Failing {
 pub(super) async fn scrape(
     shared: Arc<Shared>,
     record: Arc<NodeRecord>,
+    epoch: u64,
     start: Instant,
-    period: Arc<Period>,
-) {
+    kind: Kind,
+    period: Option<Arc<Period>>,
+) -> Outcome {
     // Counts this scrape as done for the period even if the task is aborted.
-    let _done = PeriodGuard {
+    let _done = period.map(|period| PeriodGuard {
         period,
         shared: shared.clone(),
+    });
+    let result = fetch_and_store(&shared, &record, start, kind).await;
+    let outcome = Outcome {
+        node: record.name.clone(),
+        epoch,
+        ingested: result.as_ref().ok().copied(),
     };
-    let deadline = start + shared.request_timeout;
-    let result = fetch_and_store(&shared, &record, deadline).await;
     let finished = Instant::now();
     let finished_ns = shared.clock.unix_ns(finished);
     let elapsed = finished.saturating_duration_since(start);
@@ -155,32 +180,43 @@ pub(super) async fn scrape(
             }
         }
     }
+    outcome
 }
 
 async fn fetch_and_store(
     shared: &Shared,
     record: &NodeRecord,
-    deadline: Instant,
+    start: Instant,
+    kind: Kind,
 ) -> Result<crate::store::Ingested, Error> {
     let node = &record.name;
     let target = shared.resolver.resolve(record)?;
+    let queue_limit = match kind {
+        Kind::Steady => shared.request_timeout,
+        Kind::Warmup => shared.resolution.max(shared.request_timeout),
+    };
     let queued = || Error::Queued {
         node: node.clone(),
-        timeout: shared.request_timeout,
+        timeout: queue_limit,
     };
+    let queue_deadline = start + queue_limit;
     // One request per node at a time: a node still busy from the previous period (only
     // possible when the node order changed) is waited for, within this request's deadline.
     let busy = {
         let mut nodes = shared.nodes.lock();
         nodes.entry(node.clone()).or_default().busy.clone()
     };
-    let _busy = tokio::time::timeout_at(deadline, busy.lock_owned())
+    let _busy = tokio::time::timeout_at(queue_deadline, busy.lock_owned())
         .await
         .map_err(|_| queued())?;
-    let _slot = tokio::time::timeout_at(deadline, shared.slots.acquire())
+    let _slot = tokio::time::timeout_at(queue_deadline, shared.slots.acquire())
         .await
         .map_err(|_| queued())?
         .map_err(|_| queued())?;
+    let deadline = match kind {
+        Kind::Steady => start + shared.request_timeout,
+        Kind::Warmup => Instant::now() + shared.request_timeout,
+    };
     let request_time_ns = shared.clock.unix_ns(Instant::now());
     let body = shared.client.fetch(&target, deadline).await?;
     let scrape = shared

@@ -6,11 +6,39 @@ use super::*;
 use crate::inventory::Labels;
 use prometheus_client::registry::Registry;
 
-struct Fixed(parking_lot::Mutex<Vec<Arc<NodeRecord>>>);
+/// A node source whose list and sync state the test sets.
+struct Fixed {
+    nodes: parking_lot::Mutex<Vec<Arc<NodeRecord>>>,
+    synced: std::sync::atomic::AtomicBool,
+    changes: watch::Sender<u64>,
+}
+
+impl Fixed {
+    fn new(names: &[&str], synced: bool) -> Self {
+        Fixed {
+            nodes: parking_lot::Mutex::new(names.iter().map(|n| record(n)).collect()),
+            synced: std::sync::atomic::AtomicBool::new(synced),
+            changes: watch::Sender::new(0),
+        }
+    }
+
+    /// Lists these nodes (the first list, or a change) and notifies the loop.
+    fn list(&self, names: &[&str]) {
+        *self.nodes.lock() = names.iter().map(|n| record(n)).collect();
+        self.synced.store(true, Ordering::Release);
+        self.changes.send_modify(|g| *g += 1);
+    }
+}
 
 impl NodeSource for Fixed {
     fn nodes(&self) -> Vec<Arc<NodeRecord>> {
-        self.0.lock().clone()
+        self.nodes.lock().clone()
+    }
+    fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+    fn subscribe(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.changes.subscribe())
     }
 }
 
@@ -47,11 +75,18 @@ struct Running {
 }
 
 fn start(names: &[&str], resolution: Duration) -> Running {
+    start_with(Fixed::new(names, true), resolution)
+}
+
+/// As [`start`], with an inventory that has not listed yet.
+fn start_unsynced(names: &[&str], resolution: Duration) -> Running {
+    start_with(Fixed::new(names, false), resolution)
+}
+
+fn start_with(nodes: Fixed, resolution: Duration) -> Running {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry, resolution));
-    let nodes = Arc::new(Fixed(parking_lot::Mutex::new(
-        names.iter().map(|n| record(n)).collect(),
-    )));
+    let nodes = Arc::new(nodes);
     let progress = Arc::new(Progress::default());
     let shutdown = CancellationToken::new();
     let client = Client::new(crate::kubelet::client::Config::default()).unwrap();
@@ -83,11 +118,12 @@ fn ms(n: u64) -> Duration {
 }
 
 #[tokio::test(start_paused = true)]
-async fn requests_are_spread_evenly_over_the_period() {
+async fn the_first_round_asks_every_node_at_once_then_periods_spread_them() {
     let t0 = Instant::now();
     let r = start(&["a", "b", "c", "d"], Duration::from_secs(4));
-    // Node i of 4 starts at i seconds: a at 0, b at 1, c at 2, d at 3; then a again at 4.
-    for (offset_ms, expected) in [(500, 1), (1500, 2), (2500, 3), (3500, 4), (4500, 5)] {
+    // First round: all four within FIRST_ROUND_SPREAD (0, 250, 500, 750 ms). They fail
+    // (no address), which ends their warm-up. Then node i of 4 at 4 + i seconds.
+    for (offset_ms, expected) in [(1, 1), (800, 4), (3_999, 4), (4_500, 5), (5_500, 6)] {
         at(t0, ms(offset_ms)).await;
         assert_eq!(
             r.metrics.requests(false),
@@ -95,7 +131,9 @@ async fn requests_are_spread_evenly_over_the_period() {
             "requests done by t={offset_ms}ms"
         );
     }
-    assert_eq!(r.metrics.failures("no_address"), 5);
+    at(t0, ms(7_500)).await;
+    assert_eq!(r.metrics.requests(false), 8);
+    assert_eq!(r.metrics.failures("no_address"), 8);
     r.shutdown.cancel();
     r.task.await.unwrap();
 }
@@ -104,16 +142,61 @@ async fn requests_are_spread_evenly_over_the_period() {
 async fn progress_and_tick_are_recorded_per_period() {
     let t0 = Instant::now();
     let r = start(&["a", "b"], Duration::from_secs(10));
+    assert!(!r.progress.first_round_complete());
     at(t0, ms(1)).await;
     let first_tick = r.progress.last_tick_start_ns().unwrap();
     assert!(r.progress.last_scrape_done_ns().is_some());
-    // The period is complete only once b (at 5 s) is done.
+    // The first round is complete only once b (at 500 ms) is done.
     assert_eq!(r.metrics.ticks(), 0);
-    at(t0, ms(5_001)).await;
+    assert_eq!(r.progress.first_round_pending(), Some(1));
+    at(t0, ms(501)).await;
     assert_eq!(r.metrics.ticks(), 1);
+    assert!(r.progress.first_round_complete());
+    assert_eq!(r.progress.first_round_pending(), None);
     at(t0, ms(10_001)).await;
     let second_tick = r.progress.last_tick_start_ns().unwrap();
     assert_eq!(second_tick - first_tick, 10_000_000_000);
+    // The second period: b at 15 s.
+    at(t0, ms(15_001)).await;
+    assert_eq!(r.metrics.ticks(), 2);
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_waits_for_the_inventory_and_scrapes_new_nodes_at_once() {
+    let t0 = Instant::now();
+    let r = start_unsynced(&["a"], Duration::from_secs(60));
+    at(t0, ms(5_000)).await;
+    assert_eq!(
+        r.metrics.requests(false),
+        0,
+        "nothing before the first list"
+    );
+    assert_eq!(r.progress.first_round_pending(), None);
+    assert!(!r.progress.first_round_complete());
+    r.nodes.list(&["a", "b"]);
+    at(t0, ms(5_600)).await;
+    assert_eq!(
+        r.metrics.requests(false),
+        2,
+        "both, within the first-round spread"
+    );
+    assert!(r.progress.first_round_complete());
+    // A node that joins mid-period is scraped at once, not at the next period (65 s).
+    at(t0, ms(20_000)).await;
+    r.nodes.list(&["a", "b", "late"]);
+    at(t0, ms(20_001)).await;
+    assert_eq!(r.metrics.requests(false), 3);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    assert!(text.contains("node=\"late\""), "{text}");
+    // A node that leaves is forgotten at once.
+    r.nodes.list(&["a", "b"]);
+    at(t0, ms(20_002)).await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    assert!(!text.contains("node=\"late\""), "{text}");
     r.shutdown.cancel();
     r.task.await.unwrap();
 }
@@ -126,7 +209,7 @@ async fn nodes_that_leave_lose_their_series() {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
     assert!(text.contains("node=\"gone\""));
-    r.nodes.0.lock().retain(|n| n.name.as_str() != "gone");
+    r.nodes.nodes.lock().retain(|n| n.name.as_str() != "gone");
     at(t0, ms(2_500)).await;
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
@@ -146,7 +229,7 @@ async fn shutdown_stops_the_loop_promptly() {
         .await
         .expect("loop did not stop")
         .unwrap();
-    // b and c (due at 20 s and 40 s) never ran.
+    // b and c (due at 333 ms and 666 ms of the first round) never ran.
     assert_eq!(r.metrics.requests(false), 1);
 }
 

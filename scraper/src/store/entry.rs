@@ -134,6 +134,16 @@ impl PodEntry {
         }
     }
 
+    /// Containers waiting for a second point, and the newest timestamp among them.
+    pub(super) fn pending(&self) -> (u32, i64) {
+        self.containers
+            .iter()
+            .filter(|c| c.rate == Rate::Pending)
+            .fold((0, 0), |(n, newest), c| {
+                (n + 1, newest.max(c.last.timestamp_ns))
+            })
+    }
+
     /// Containers with servable usage.
     pub(super) fn containers_with_usage(&self) -> u32 {
         self.containers

@@ -72,6 +72,23 @@ pub struct Ingested {
     pub pods_with_usage: usize,
     /// Container samples ignored (all-zero stubs, missing CPU, invalid).
     pub containers_ignored: usize,
+    /// Series (the node's own and its containers') that have one point and wait for a
+    /// second, newer one before a rate can be computed: what a warm-up scrape waits out.
+    pub pending: u32,
+    /// The newest sample timestamp among the pending series, Unix ns; 0 when none is
+    /// pending. The kubelet refreshes a series one housekeeping interval after its last
+    /// sample, so this says when a scrape can next complete them.
+    pub pending_newest_ns: i64,
+}
+
+impl Ingested {
+    /// Counts one series that waits for a second point taken at `timestamp_ns`.
+    fn add_pending(&mut self, count: u32, newest_ns: i64) {
+        if count > 0 {
+            self.pending += count;
+            self.pending_newest_ns = self.pending_newest_ns.max(newest_ns);
+        }
+    }
 }
 
 /// Whether the store holds usable data, the signal behind `/readyz` `metric-storage-ready`.
@@ -107,6 +124,8 @@ struct StoredPod {
     key: PodKey,
     has_usage: bool,
     containers_with_usage: u32,
+    /// Containers waiting for a second point, and the newest of their timestamps.
+    pending: (u32, i64),
 }
 
 fn duration_ns(d: Duration) -> i64 {
@@ -189,6 +208,7 @@ impl Store {
                 continue;
             };
             ingested.pods_with_usage += usize::from(stored.has_usage);
+            ingested.add_pending(stored.pending.0, stored.pending.1);
             containers_with_usage += stored.containers_with_usage;
             new_pods.push(stored.key);
         }
@@ -245,7 +265,12 @@ impl Store {
                 }
                 let nanocores = scrape.node.and_then(|s| s.cpu_nanocores);
                 entry.usage = match rate::usage(prev.as_ref(), &new, nanocores) {
-                    Ok(usage) => usage,
+                    Ok(usage) => {
+                        if usage.is_none() {
+                            ingested.add_pending(1, new.timestamp_ns);
+                        }
+                        usage
+                    }
                     Err(error) => {
                         tracing::debug!(node = %node, reason = %error, "skipping node usage");
                         None
@@ -312,6 +337,7 @@ impl Store {
             key: entry.key().clone(),
             has_usage: entry.usage.is_some(),
             containers_with_usage: entry.containers_with_usage(),
+            pending: entry.pending(),
         })
     }
 

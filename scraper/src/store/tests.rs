@@ -534,12 +534,76 @@ fn same_batch_twice_has_no_usage() {
             node_usage: false,
             pods: 1,
             pods_with_usage: 0,
-            containers_ignored: 0
+            containers_ignored: 0,
+            pending: 2,
+            pending_newest_ns: T0,
         }
     );
     assert_eq!(store.node("node1", T0 + SECOND), None);
     assert_eq!(store.pod("ns", "pod1", T0 + SECOND), None);
     assert_eq!(store.readiness(T0 + SECOND), Readiness::default());
+}
+
+#[test]
+fn pending_series_are_counted_until_their_timestamps_move() {
+    // What the warm-up waits out: the node and two containers refreshed at different
+    // moments (a kubelet's housekeeping is per container).
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let at = |node_ts: i64, c1_ts: i64, c2_ts: i64| {
+        scrape(
+            Some(node_sample(node_ts, (node_ts / MS) as u64, MIB)),
+            vec![
+                container("pod1", "c1", sample(c1_ts, start, (c1_ts / MS) as u64, MIB)),
+                container("pod1", "c2", sample(c2_ts, start, (c2_ts / MS) as u64, MIB)),
+            ],
+        )
+    };
+    let first = store.ingest(&n, &at(T0, T0 - 4 * SECOND, T0 - 2 * SECOND), T0);
+    assert_eq!((first.pending, first.pending_newest_ns), (3, T0));
+    // One second later only c1 refreshed: the node and c2 still wait; the newest of them is
+    // the node's sample.
+    let second = store.ingest(&n, &at(T0, T0 + SECOND, T0 - 2 * SECOND), T0 + SECOND);
+    assert_eq!((second.pending, second.pending_newest_ns), (2, T0));
+    assert!(!second.node_usage);
+    assert_eq!(second.pods_with_usage, 0, "c2 has no rate yet");
+    // Everything refreshed: nothing pending, node and pod served.
+    let third = store.ingest(
+        &n,
+        &at(T0 + 10 * SECOND, T0 + 6 * SECOND, T0 + 8 * SECOND),
+        T0 + 10 * SECOND,
+    );
+    assert_eq!((third.pending, third.pending_newest_ns), (0, 0));
+    assert!(third.node_usage);
+    assert_eq!(third.pods_with_usage, 1);
+    assert!(store.pod("ns", "pod1", T0 + 10 * SECOND).is_some());
+}
+
+#[test]
+fn summary_nanocores_leave_nothing_pending() {
+    let store = store(60);
+    let n = name("node1");
+    let with_rate = |s: Sample| Sample {
+        cpu_nanocores: Some(250_000_000),
+        ..s
+    };
+    let first = store.ingest(
+        &n,
+        &scrape(
+            Some(with_rate(node_sample(T0, CORE_SECOND, MIB))),
+            vec![container(
+                "pod1",
+                "c1",
+                with_rate(sample(T0, T0 - 3600 * SECOND, CORE_SECOND, MIB)),
+            )],
+        ),
+        T0,
+    );
+    assert_eq!(
+        (first.pending, first.node_usage, first.pods_with_usage),
+        (0, true, 1)
+    );
 }
 
 // ---- readiness ----

@@ -1,0 +1,89 @@
+//! When a warming node is asked again.
+//!
+//! A rate needs two samples with different timestamps. A kubelet does not sample on
+//! request: cAdvisor refreshes each container's stats (and the node's) on its own
+//! housekeeping timer, `--housekeeping_interval`, 10 s by default; the CRI stats provider
+//! (containerd) samples containers per request but still reports the node from cAdvisor.
+//! So after the first scrape a warming node is asked:
+//! 1. again after [`QUICK_RETRY`], which completes whatever is sampled per request;
+//! 2. then when the newest still-waiting series should have been refreshed: its timestamp
+//!    plus [`HOUSEKEEPING`] plus [`REFRESH_MARGIN`], at least [`backoff`] and at most one
+//!    housekeeping interval from now (node and server clocks may disagree);
+//! 3. and, if the kubelet refreshes more slowly than that, with a growing backoff.
+//!
+//! A scrape that returns the same timestamps is not wasted: the store keeps the point and
+//! the next newer one completes the pair.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The first round is spread over at most this long (or the resolution, if shorter).
+pub const FIRST_ROUND_SPREAD: Duration = Duration::from_secs(1);
+
+/// The second scrape of a warming node comes this long after its first.
+pub(super) const QUICK_RETRY: Duration = Duration::from_secs(1);
+
+/// The kubelet's stats refresh interval the schedule expects: cAdvisor's default
+/// `--housekeeping_interval`.
+pub(super) const HOUSEKEEPING: Duration = Duration::from_secs(10);
+
+/// How long after an expected refresh the kubelet is asked, for the refresh itself to finish.
+pub(super) const REFRESH_MARGIN: Duration = Duration::from_millis(500);
+
+/// The least wait before warm-up attempt `attempts + 1`, after `attempts` scrapes: 0.5 s,
+/// 1 s, 2 s, then 4 s.
+pub(super) fn backoff(attempts: u32) -> Duration {
+    let shift = attempts.saturating_sub(2).min(3);
+    Duration::from_millis(500) * (1 << shift)
+}
+
+/// When a series last sampled at `newest_ns` (Unix ns) should have been refreshed and the
+/// refresh served.
+pub(super) fn expected_refresh_ns(newest_ns: i64) -> i64 {
+    let ahead = HOUSEKEEPING + REFRESH_MARGIN;
+    newest_ns.saturating_add(i64::try_from(ahead.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// When to scrape a warming node again after its `attempts`-th scrape finished at `now`,
+/// with the waiting series expected to refresh at `refresh`.
+pub(super) fn next_attempt(attempts: u32, refresh: Instant, now: Instant) -> Instant {
+    if attempts <= 1 {
+        return now + QUICK_RETRY;
+    }
+    let earliest = now + backoff(attempts);
+    let latest = now + HOUSEKEEPING + REFRESH_MARGIN;
+    refresh.clamp(earliest, latest.max(earliest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_four_seconds() {
+        let ms = |a| backoff(a).as_millis();
+        assert_eq!(
+            [ms(2), ms(3), ms(4), ms(5), ms(50)],
+            [500, 1000, 2000, 4000, 4000]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn attempts_aim_at_the_expected_refresh_within_bounds() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        // After the first scrape: the quick retry, whatever the timestamps say.
+        assert_eq!(next_attempt(1, now + s(9), now), now + QUICK_RETRY);
+        // Then the expected refresh...
+        assert_eq!(next_attempt(2, now + s(9), now), now + s(9));
+        // ...but not sooner than the backoff (a refresh that is overdue) ...
+        assert_eq!(next_attempt(2, now, now), now + Duration::from_millis(500));
+        assert_eq!(next_attempt(4, now, now), now + s(2));
+        // ...nor later than one housekeeping interval (a node clock far ahead).
+        assert_eq!(
+            next_attempt(2, now + s(3600), now),
+            now + s(10) + REFRESH_MARGIN
+        );
+    }
+}
