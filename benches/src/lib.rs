@@ -6,9 +6,11 @@
 //! - [`Payload`]: a named kubelet body with its source, ready to parse.
 //! - [`scale`]: the scale harness (the server binary against a simulated cluster).
 //! - [`synthetic`]: a synthetic cluster of parsed scrapes for the store benches.
+//! - [`ttd`]: the time-to-data harness (seconds from a server start to data and readiness).
 
 pub mod scale;
 pub mod synthetic;
+pub mod ttd;
 
 use std::path::PathBuf;
 

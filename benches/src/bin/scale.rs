@@ -17,27 +17,11 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use benches::scale::cluster::Shape;
-use benches::scale::{Options, run};
+use benches::scale::{Options, parse_duration as duration, run, run_sizes};
 
 const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
 [--setup-timeout 900s] [--server-bin PATH] [--server-arg FLAG]...";
-
-/// `15s`, `500ms`, `2m`, or plain seconds.
-fn duration(text: &str) -> anyhow::Result<Duration> {
-    let (num, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, "s"), |i| text.split_at(i));
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("bad duration {text:?}"))?;
-    Ok(match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        _ => bail!("bad duration unit in {text:?}"),
-    })
-}
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     let server_bin = std::env::current_exe()
@@ -108,32 +92,9 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    tls::provider::install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("starting the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut failed = false;
-    for nodes in sizes {
+    run_sizes("scale", sizes, |nodes| {
         let mut o = options.clone();
         o.shape.nodes = nodes;
-        match runtime.block_on(run(o)) {
-            Ok(report) => println!("RESULT {report}"),
-            Err(e) => {
-                eprintln!("scale run with {nodes} nodes failed: {e:#}");
-                failed = true;
-            }
-        }
-    }
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+        run(o)
+    })
 }

@@ -48,6 +48,57 @@ pub struct Options {
     pub server_args: Vec<String>,
 }
 
+/// The `main` of a harness binary: runs `run(nodes)` for each size on one multi-threaded
+/// runtime, printing `RESULT {json}` per size; fails if any size failed.
+pub fn run_sizes<F, Fut>(what: &str, sizes: Vec<usize>, run: F) -> std::process::ExitCode
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<serde_json::Value>>,
+{
+    tls::provider::install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("starting the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut failed = false;
+    for nodes in sizes {
+        match runtime.block_on(run(nodes)) {
+            Ok(report) => println!("RESULT {report}"),
+            Err(e) => {
+                eprintln!("{what} run with {nodes} nodes failed: {e:#}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        std::process::ExitCode::FAILURE
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
+
+/// A harness flag's duration: `15s`, `500ms`, `2m`, or plain seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let (num, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("bad duration {text:?}"))?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => bail!("bad duration unit in {text:?}"),
+    })
+}
+
 /// Wall-clock Unix milliseconds: the simulated kubelets' "now".
 fn unix_ms() -> i64 {
     SystemTime::now()
