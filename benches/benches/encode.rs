@@ -99,6 +99,7 @@ impl Memory {
                     window_ns: 15_012_000_000,
                     cpu_nanocores: 167_390_565 + n as u64,
                     memory_bytes: 1_731_416_064,
+                    swap_bytes: None,
                 },
             );
             for p in 0..pods_per_node {
@@ -118,11 +119,13 @@ impl Memory {
                                 name: Arc::from("app"),
                                 cpu_nanocores: 4_710_169 + i as u64,
                                 memory_bytes: 12_533_760,
+                                swap_bytes: None,
                             },
                             ContainerUsage {
                                 name: Arc::from("istio-proxy"),
                                 cpu_nanocores: 12_345_000,
                                 memory_bytes: 50_331_648 + (i as u64 % 7),
+                                swap_bytes: None,
                             },
                         ]
                         .into(),
@@ -226,6 +229,7 @@ fn live(nodes: usize, pods_per_node: usize) -> Live {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(memory),
             start_time_ns: Some(NOW_NS - 3600 * SECOND),
+            swap_bytes: None,
         };
         for (n, pods) in node_pods.iter().enumerate() {
             let containers = pods

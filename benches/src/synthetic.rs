@@ -81,6 +81,7 @@ impl Cluster {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(memory),
             start_time_ns: Some(T0 - 3600 * SECOND),
+            swap_bytes: None,
         };
         let containers = self.pods[n]
             .iter()

@@ -85,6 +85,9 @@ pub struct Sample {
     pub memory_working_set_bytes: Option<u64>,
     /// Container start time (`container_start_time_seconds`, summary `startTime`), Unix ns.
     pub start_time_ns: Option<i64>,
+    /// Swap in use, bytes (`*_swap_usage_bytes`, summary `swap.swapUsageBytes`; kubelet
+    /// 1.30+), when the kubelet reported it.
+    pub swap_bytes: Option<u64>,
 }
 
 /// One container's sample within a node's scrape, borrowed from the response body.
@@ -122,6 +125,9 @@ pub struct Usage {
     pub cpu_nanocores: u64,
     /// Memory working set of the newer sample, in bytes.
     pub memory_bytes: u64,
+    /// Swap in use of the newer sample, in bytes, when the kubelet reported it (a gauge,
+    /// like memory).
+    pub swap_bytes: Option<u64>,
 }
 
 /// One container's usage within a pod.
@@ -133,6 +139,8 @@ pub struct ContainerUsage {
     pub cpu_nanocores: u64,
     /// Memory working set in bytes.
     pub memory_bytes: u64,
+    /// Swap in use in bytes, when the kubelet reported it.
+    pub swap_bytes: Option<u64>,
 }
 
 /// A pod's usage: every container with data, and the time info of its earliest container.

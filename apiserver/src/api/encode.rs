@@ -115,11 +115,17 @@ fn write_time_window(out: &mut Vec<u8>, timestamp_ns: i64, window_ns: i64) {
     out.push(b'"');
 }
 
-fn write_usage(out: &mut Vec<u8>, cpu_nanocores: u64, memory_bytes: u64) {
+/// A `ResourceList`: `cpu`, `memory`, and `swap` only where the kubelet reported it (keys
+/// sorted, as Go encodes a map; swap is a BinarySI quantity like memory).
+fn write_usage(out: &mut Vec<u8>, cpu_nanocores: u64, memory_bytes: u64, swap_bytes: Option<u64>) {
     out.extend_from_slice(b"{\"cpu\":\"");
     write_cpu(out, cpu_nanocores);
     out.extend_from_slice(b"\",\"memory\":\"");
     write_memory(out, memory_bytes);
+    if let Some(swap) = swap_bytes {
+        out.extend_from_slice(b"\",\"swap\":\"");
+        write_memory(out, swap);
+    }
     out.extend_from_slice(b"\"}");
 }
 
@@ -148,7 +154,12 @@ pub fn write_node(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem, type_meta: bool
     );
     write_time_window(out, item.usage.timestamp_ns, item.usage.window_ns);
     out.extend_from_slice(b",\"usage\":");
-    write_usage(out, item.usage.cpu_nanocores, item.usage.memory_bytes);
+    write_usage(
+        out,
+        item.usage.cpu_nanocores,
+        item.usage.memory_bytes,
+        item.usage.swap_bytes,
+    );
     out.push(b'}');
 }
 
@@ -176,7 +187,7 @@ pub fn write_pod(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem, type_meta: bool) 
         out.extend_from_slice(b"{\"name\":");
         write_str(out, &c.name);
         out.extend_from_slice(b",\"usage\":");
-        write_usage(out, c.cpu_nanocores, c.memory_bytes);
+        write_usage(out, c.cpu_nanocores, c.memory_bytes, c.swap_bytes);
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");

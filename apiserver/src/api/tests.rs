@@ -75,6 +75,7 @@ impl Fake {
                         name: Arc::from(*n),
                         cpu_nanocores: *cpu,
                         memory_bytes: *mem,
+                        swap_bytes: None,
                     })
                     .collect(),
             })
@@ -128,6 +129,7 @@ fn usage(cpu: u64, mem: u64) -> Usage {
         window_ns: 20_034_000_000,
         cpu_nanocores: cpu,
         memory_bytes: mem,
+        swap_bytes: None,
     }
 }
 
@@ -337,6 +339,65 @@ fn pod_lists_and_get_golden_both_versions() {
         assert_eq!(
             one.text(),
             format!("{}\n", with_type("PodMetrics", v, BUSYBOX))
+        );
+    }
+}
+
+#[test]
+fn swap_is_served_only_where_the_kubelet_reported_it() {
+    let mut f = cluster();
+    f.add_node(
+        "swappy",
+        &[],
+        Some(Usage {
+            swap_bytes: Some(32 << 20),
+            ..usage(5_000_000, 3_145_728)
+        }),
+    );
+    let mut pod = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
+    let mut u = (*pod.1.clone().unwrap()).clone();
+    u.containers = Arc::from(vec![
+        ContainerUsage {
+            name: Arc::from("a"),
+            cpu_nanocores: 1_000_000,
+            memory_bytes: 1 << 20,
+            swap_bytes: Some(0),
+        },
+        ContainerUsage {
+            name: Arc::from("b"),
+            cpu_nanocores: 1_000_000,
+            memory_bytes: 1 << 20,
+            swap_bytes: None,
+        },
+    ]);
+    pod.1 = Some(Arc::new(u));
+    f.pods
+        .insert(("default".to_owned(), "busybox".to_owned()), pod);
+    let (h, _) = handler_with(f, "");
+    for v in ["v1", "v1beta1"] {
+        let node = get(&h, &format!("/apis/metrics.k8s.io/{v}/nodes/swappy"));
+        assert!(
+            node.text()
+                .ends_with("\"usage\":{\"cpu\":\"5m\",\"memory\":\"3Mi\",\"swap\":\"32Mi\"}}\n"),
+            "{}",
+            node.text()
+        );
+        // Nodes without swap data are byte for byte what they were.
+        let other = get(&h, &format!("/apis/metrics.k8s.io/{v}/nodes/worker-1"));
+        assert_eq!(
+            other.text(),
+            format!("{}\n", with_type("NodeMetrics", v, WORKER1))
+        );
+        let pod = get(
+            &h,
+            &format!("/apis/metrics.k8s.io/{v}/namespaces/default/pods/busybox"),
+        );
+        assert!(
+            pod.text().contains(
+                r#""containers":[{"name":"a","usage":{"cpu":"1m","memory":"1Mi","swap":"0"}},{"name":"b","usage":{"cpu":"1m","memory":"1Mi"}}]"#
+            ),
+            "{}",
+            pod.text()
         );
     }
 }

@@ -329,6 +329,7 @@ fn fill(store: &Store) {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(1 << 20),
             start_time_ns: Some(T0 - 3600 * SECOND),
+            swap_bytes: None,
         };
         let scrape = NodeScrape {
             node: Some(sample),

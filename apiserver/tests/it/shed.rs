@@ -234,6 +234,7 @@ fn fill(store: &Store) {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(64 << 20),
             start_time_ns: Some(now - 3600 * SECOND),
+            swap_bytes: None,
         };
         let scrape = NodeScrape {
             node: Some(sample),

@@ -116,6 +116,7 @@ fn synthetic(nodes: usize) -> (Arc<Inventory>, Arc<Store>) {
                 cpu_nanocores: None,
                 memory_working_set_bytes: Some(64 << 20),
                 start_time_ns: Some(now - 3600 * SECOND),
+                swap_bytes: None,
             };
             let scrape = NodeScrape {
                 node: Some(sample),

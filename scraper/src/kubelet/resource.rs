@@ -77,26 +77,30 @@ pub fn parse(body: &[u8], default_timestamp_ns: i64) -> Result<NodeScrape<'_>, P
 enum Family {
     NodeCpu,
     NodeMemory,
+    NodeSwap,
     ContainerCpu,
     ContainerMemory,
     ContainerStart,
+    ContainerSwap,
     Other,
 }
 
 /// The family a line starts with and the length of its name, when it is one that is read:
 /// the exact name followed by `{`, a space or a tab.
 fn known_family(line: &[u8]) -> Option<(Family, usize)> {
-    const NODE: [(&[u8], Family); 2] = [
+    const NODE: [(&[u8], Family); 3] = [
         (b"node_cpu_usage_seconds_total", Family::NodeCpu),
         (b"node_memory_working_set_bytes", Family::NodeMemory),
+        (b"node_swap_usage_bytes", Family::NodeSwap),
     ];
-    const CONTAINER: [(&[u8], Family); 3] = [
+    const CONTAINER: [(&[u8], Family); 4] = [
         (b"container_cpu_usage_seconds_total", Family::ContainerCpu),
         (
             b"container_memory_working_set_bytes",
             Family::ContainerMemory,
         ),
         (b"container_start_time_seconds", Family::ContainerStart),
+        (b"container_swap_usage_bytes", Family::ContainerSwap),
     ];
     let candidates: &[(&[u8], Family)] = match line.first()? {
         b'c' => &CONTAINER,
@@ -157,7 +161,10 @@ impl<'a> Parser<'a> {
         };
         pos = skip_blanks(b, pos + name_len, end);
 
-        let is_container = family != Family::NodeCpu && family != Family::NodeMemory;
+        let is_container = !matches!(
+            family,
+            Family::NodeCpu | Family::NodeMemory | Family::NodeSwap
+        );
         if is_container {
             self.containers.start_series(family);
         }
@@ -227,7 +234,13 @@ impl<'a> Parser<'a> {
                 self.node.memory_working_set_bytes = Some(value as u64);
                 self.node.timestamp_ns = timestamp_ns;
             }
-            Family::ContainerCpu | Family::ContainerMemory | Family::ContainerStart => {
+            // A gauge beside memory; its timestamp does not move the sample's (CPU and
+            // memory define the window, as in metrics-server).
+            Family::NodeSwap => self.node.swap_bytes = Some(value as u64),
+            Family::ContainerCpu
+            | Family::ContainerMemory
+            | Family::ContainerStart
+            | Family::ContainerSwap => {
                 let idx = match (known, labels) {
                     (Some(idx), _) => idx,
                     (
@@ -255,6 +268,7 @@ impl<'a> Parser<'a> {
                         sample.memory_working_set_bytes = Some(value as u64);
                         sample.timestamp_ns = timestamp_ns;
                     }
+                    Family::ContainerSwap => sample.swap_bytes = Some(value as u64),
                     // `time.Unix(0, int64(value*1e9))`; the sample's own timestamp is the
                     // start time again on some kubelets and is ignored.
                     _ => sample.start_time_ns = Some((value * 1e9) as i64),

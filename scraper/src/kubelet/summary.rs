@@ -1,7 +1,7 @@
 //! `/stats/summary` parser: the kubelet's JSON stats (`k8s.io/kubelet/pkg/apis/stats/v1alpha1`).
 //!
 //! serde into borrowed structs that name only what a metrics server needs; every other field
-//! (network, fs, swap, psi, io, systemContainers, ...) is skipped. Every numeric field and
+//! (network, fs, psi, io, systemContainers, ...) is skipped. Every numeric field and
 //! every `cpu`/`memory` object may be absent or `null`. Mirrors the field choice of
 //! metrics-server v0.5's `pkg/scraper/client/summary` decoder, with presence kept explicit so
 //! the store decides what is valid.
@@ -37,7 +37,7 @@ pub fn parse(body: &[u8], request_time_ns: i64) -> Result<NodeScrape<'_>, ParseE
     })?;
     let node = summary
         .node
-        .map(|n| sample(n.cpu, n.memory, None, request_time_ns))
+        .map(|n| sample(n.cpu, n.memory, n.swap, None, request_time_ns))
         .filter(|s| {
             s.cpu_usage_ns_total.unwrap_or(0) != 0
                 || s.cpu_nanocores.unwrap_or(0) != 0
@@ -65,7 +65,7 @@ pub fn parse(body: &[u8], request_time_ns: i64) -> Result<NodeScrape<'_>, ParseE
                 namespace: namespace.clone(),
                 pod: pod_name.clone(),
                 container: name,
-                sample: sample(c.cpu, c.memory, c.start_time, request_time_ns),
+                sample: sample(c.cpu, c.memory, c.swap, c.start_time, request_time_ns),
             });
         }
     }
@@ -75,6 +75,7 @@ pub fn parse(body: &[u8], request_time_ns: i64) -> Result<NodeScrape<'_>, ParseE
 fn sample(
     cpu: Option<Cpu>,
     memory: Option<Memory>,
+    swap: Option<Swap>,
     start_time_ns: Option<i64>,
     request_time_ns: i64,
 ) -> Sample {
@@ -86,6 +87,7 @@ fn sample(
         cpu_nanocores: cpu.usage_nano_cores,
         memory_working_set_bytes: memory.working_set_bytes,
         start_time_ns,
+        swap_bytes: swap.and_then(|s| s.swap_usage_bytes),
     }
 }
 
@@ -118,6 +120,8 @@ struct NodeStats {
     cpu: Option<Cpu>,
     #[serde(default)]
     memory: Option<Memory>,
+    #[serde(default)]
+    swap: Option<Swap>,
 }
 
 #[derive(Deserialize)]
@@ -146,6 +150,16 @@ struct ContainerStats<'a> {
     cpu: Option<Cpu>,
     #[serde(default)]
     memory: Option<Memory>,
+    #[serde(default)]
+    swap: Option<Swap>,
+}
+
+/// `SwapStats` (kubelet 1.30+): `swapUsageBytes` is a gauge like the working set.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Swap {
+    #[serde(default)]
+    swap_usage_bytes: Option<u64>,
 }
 
 /// `CPUStats`: `usageNanoCores` is the kubelet's own rate, `usageCoreNanoSeconds` the

@@ -259,6 +259,7 @@ impl PodEntry {
                         name: c.name.clone(),
                         cpu_nanocores: usage.cpu_nanocores,
                         memory_bytes: usage.memory_bytes,
+                        swap_bytes: usage.swap_bytes,
                     })
                 }
                 Rate::Pending | Rate::Failed => None,

@@ -18,7 +18,10 @@ pub(super) const FRESH_CONTAINER_MIN_AGE_NS: i64 = 10 * NS_PER_SECOND;
 /// is the interval the value most likely covers.
 pub(super) const SUMMARY_DEFAULT_WINDOW_NS: i64 = 10 * NS_PER_SECOND;
 
-/// A valid raw sample as stored: 40 bytes, `Copy`.
+/// `Point::swap_bytes` when the kubelet reported no swap (keeps a point at 48 bytes).
+const NO_SWAP: u64 = u64::MAX;
+
+/// A valid raw sample as stored: 48 bytes, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Point {
     /// When the sample was taken, Unix ns.
@@ -30,6 +33,8 @@ pub(super) struct Point {
     pub(super) cpu_usage_ns_total: Option<u64>,
     /// Memory working set, bytes (0 when absent).
     pub(super) memory_bytes: u64,
+    /// Swap in use, bytes; [`NO_SWAP`] when absent.
+    swap_bytes: u64,
 }
 
 impl Point {
@@ -39,7 +44,13 @@ impl Point {
             start_time_ns: sample.start_time_ns.unwrap_or(0),
             cpu_usage_ns_total: sample.cpu_usage_ns_total,
             memory_bytes: sample.memory_working_set_bytes.unwrap_or(0),
+            swap_bytes: sample.swap_bytes.unwrap_or(NO_SWAP),
         }
+    }
+
+    /// Swap in use, when the kubelet reported it.
+    pub(super) fn swap_bytes(&self) -> Option<u64> {
+        Some(self.swap_bytes).filter(|&b| b != NO_SWAP)
     }
 
     /// A node sample is used only with a timestamp, CPU > 0 and memory > 0 (metrics-server
@@ -115,6 +126,7 @@ pub(super) fn next_container_prev(
             start_time_ns: new.start_time_ns,
             cpu_usage_ns_total: Some(0),
             memory_bytes: new.memory_bytes,
+            swap_bytes: new.swap_bytes,
         });
     }
     match old_last {
@@ -152,6 +164,7 @@ pub(super) fn usage(
             window_ns: window_ns.unwrap_or(SUMMARY_DEFAULT_WINDOW_NS),
             cpu_nanocores,
             memory_bytes: last.memory_bytes,
+            swap_bytes: last.swap_bytes(),
         }));
     }
     let (Some(prev), Some(window_ns)) = (prev, window_ns) else {
@@ -171,5 +184,6 @@ pub(super) fn usage(
         window_ns,
         cpu_nanocores,
         memory_bytes: last.memory_bytes,
+        swap_bytes: last.swap_bytes(),
     }))
 }

@@ -41,6 +41,7 @@ fn sample(ts: i64, start: i64, cpu_ns: u64, memory: u64) -> Sample {
         memory_working_set_bytes: Some(memory),
         start_time_ns: Some(start),
         cpu_nanocores: None,
+        swap_bytes: None,
     }
 }
 
@@ -80,6 +81,7 @@ fn usage(ts: i64, window_ns: i64, cpu_nanocores: u64, memory_bytes: u64) -> Usag
         window_ns,
         cpu_nanocores,
         memory_bytes,
+        swap_bytes: None,
     }
 }
 
@@ -88,6 +90,7 @@ fn container_usage(name: &str, cpu_nanocores: u64, memory_bytes: u64) -> Contain
         name: Arc::from(name),
         cpu_nanocores,
         memory_bytes,
+        swap_bytes: None,
     }
 }
 
@@ -581,6 +584,37 @@ fn pending_series_are_counted_until_their_timestamps_move() {
 }
 
 #[test]
+fn swap_is_a_gauge_of_the_newest_sample_and_absent_stays_absent() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let at = |ts: i64, swap: Option<u64>| {
+        let mut node = node_sample(ts, (ts / MS) as u64, MIB);
+        node.swap_bytes = swap;
+        let mut c1 = sample(ts, start, (ts / MS) as u64, MIB);
+        c1.swap_bytes = swap;
+        let c2 = sample(ts, start, (ts / MS) as u64, MIB);
+        scrape(
+            Some(node),
+            vec![container("pod1", "c1", c1), container("pod1", "c2", c2)],
+        )
+    };
+    store.ingest(&n, &at(T0, Some(4096)), T0);
+    store.ingest(&n, &at(T0 + 10 * SECOND, Some(8192)), T0 + 10 * SECOND);
+    let now = T0 + 10 * SECOND;
+    assert_eq!(store.node("node1", now).unwrap().swap_bytes, Some(8192));
+    let pod = store.pod("ns", "pod1", now).unwrap();
+    let swap: Vec<_> = pod.containers.iter().map(|c| c.swap_bytes).collect();
+    assert_eq!(swap, [Some(8192), None]);
+    // A kubelet that stops reporting swap: none is served, not the old value.
+    store.ingest(&n, &at(T0 + 20 * SECOND, None), T0 + 20 * SECOND);
+    assert_eq!(
+        store.node("node1", T0 + 20 * SECOND).unwrap().swap_bytes,
+        None
+    );
+}
+
+#[test]
 fn summary_nanocores_leave_nothing_pending() {
     let store = store(60);
     let n = name("node1");
@@ -1008,6 +1042,7 @@ fn summary_nanocores_give_usage_after_one_scrape() {
         cpu_nanocores: Some(nanocores),
         memory_working_set_bytes: Some(3 * MIB),
         start_time_ns: Some(start),
+        swap_bytes: None,
     };
     let first = store.ingest(
         &n,

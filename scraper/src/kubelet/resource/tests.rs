@@ -21,6 +21,7 @@ fn fixture(name: &str) -> Vec<u8> {
 
 const SEVENTY_PODS: &str = "metrics-resource-metrics-server-kind-v1.21-70pods.txt";
 const SONGLEO: &str = "metrics-resource-songleo-kind-pre-v1.29.txt";
+const V1_36_SHAPE: &str = "metrics-resource-kubelet-v1.36-shape-30pods-generated.txt";
 
 fn find<'s, 'a>(
     scrape: &'s NodeScrape<'a>,
@@ -53,6 +54,88 @@ fn keys_unique(scrape: &NodeScrape<'_>) -> bool {
 }
 
 #[test]
+fn kubelet_1_36_shape_with_pod_and_swap_families() {
+    // The body the scale comparison serves: `pod_*` families are skipped, `*_swap_usage_bytes`
+    // is read as a gauge that leaves the sample's timestamp alone.
+    let body = fixture(V1_36_SHAPE);
+    let scrape = parse(&body, DEFAULT_NS).expect("parses");
+    assert_eq!(
+        scrape.node,
+        Some(Sample {
+            timestamp_ns: 1_764_590_403_071 * MS,
+            cpu_usage_ns_total: Some(2_116_293_392_466_016),
+            cpu_nanocores: None,
+            memory_working_set_bytes: Some(9_317_390_335),
+            start_time_ns: None,
+            swap_bytes: Some(0),
+        })
+    );
+    assert_eq!(pods(&scrape).len(), 30);
+    assert_eq!(scrape.containers.len(), 60);
+    assert!(keys_unique(&scrape));
+    let pod = "auth-5-4dc65m2x49-5n6fd";
+    assert_eq!(
+        find(&scrape, "ns-0", pod, "app").sample,
+        Sample {
+            timestamp_ns: 1_764_590_403_370 * MS,
+            cpu_usage_ns_total: Some(289_073_956_860),
+            cpu_nanocores: None,
+            memory_working_set_bytes: Some(415_051_776),
+            start_time_ns: Some(1_764_580_760_500_157_952),
+            swap_bytes: Some(0),
+        }
+    );
+    assert_eq!(
+        find(&scrape, "ns-0", pod, "sidecar").sample,
+        Sample {
+            timestamp_ns: 1_764_590_407_634 * MS,
+            cpu_usage_ns_total: Some(35_542_988_856),
+            cpu_nanocores: None,
+            memory_working_set_bytes: Some(47_366_144),
+            start_time_ns: Some(1_764_580_759_700_243_200),
+            swap_bytes: Some(0),
+        }
+    );
+    assert!(
+        scrape
+            .containers
+            .iter()
+            .all(|c| c.sample.swap_bytes == Some(0))
+    );
+}
+
+#[test]
+fn swap_values_are_read_and_absent_swap_stays_absent() {
+    let body = b"node_cpu_usage_seconds_total 10 1000\n\
+node_memory_working_set_bytes 20 1000\n\
+node_swap_usage_bytes 3.3554432e+07 2000\n\
+container_cpu_usage_seconds_total{container=\"a\",namespace=\"n\",pod=\"p\"} 1 1000\n\
+container_swap_usage_bytes{container=\"a\",namespace=\"n\",pod=\"p\"} 4096 5000\n\
+container_cpu_usage_seconds_total{container=\"b\",namespace=\"n\",pod=\"p\"} 1 1000\n\
+container_swap_usage_bytes{container=\"c\",namespace=\"n\",pod=\"p\"} NaN 1000\n";
+    let scrape = parse(body, DEFAULT_NS).expect("parses");
+    let node = scrape.node.unwrap();
+    assert_eq!(node.swap_bytes, Some(32 << 20));
+    assert_eq!(
+        node.timestamp_ns,
+        1000 * MS,
+        "swap does not move the timestamp"
+    );
+    let a = find(&scrape, "n", "p", "a");
+    assert_eq!(
+        (a.sample.swap_bytes, a.sample.timestamp_ns),
+        (Some(4096), 1000 * MS)
+    );
+    assert_eq!(find(&scrape, "n", "p", "b").sample.swap_bytes, None);
+    assert!(
+        scrape
+            .containers
+            .iter()
+            .all(|c| c.container != "c" || c.sample.swap_bytes.is_none())
+    );
+}
+
+#[test]
 fn seventy_pod_fixture_yields_one_node_and_seventy_pods() {
     let body = fixture(SEVENTY_PODS);
     let scrape = parse(&body, DEFAULT_NS).expect("parses");
@@ -65,6 +148,7 @@ fn seventy_pod_fixture_yields_one_node_and_seventy_pods() {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(1_616_273_408),
             start_time_ns: None,
+            swap_bytes: None,
         })
     );
     assert_eq!(pods(&scrape).len(), 70);
@@ -86,6 +170,7 @@ fn seventy_pod_fixture_yields_one_node_and_seventy_pods() {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(495_616),
             start_time_ns: None,
+            swap_bytes: None,
         }
     );
     let apiserver = find(
@@ -131,6 +216,7 @@ fn songleo_fixture_merges_multi_container_pods_and_ignores_start_time_timestamp(
             cpu_nanocores: None,
             memory_working_set_bytes: Some(2_642_427_904),
             start_time_ns: None,
+            swap_bytes: None,
         })
     );
     assert_eq!(pods(&scrape).len(), 9);
@@ -154,6 +240,7 @@ fn songleo_fixture_merges_multi_container_pods_and_ignores_start_time_timestamp(
             cpu_nanocores: None,
             memory_working_set_bytes: Some(162_619_392),
             start_time_ns: Some(1_704_801_726_838_995_456),
+            swap_bytes: None,
         }
     );
 }
@@ -195,6 +282,7 @@ fn coredns(timestamp_ns: i64) -> ContainerSample<'static> {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(12_533_760),
             start_time_ns: Some(1_633_252_712_000_000_000), // 2021-10-03T09:18:32Z
+            swap_bytes: None,
         },
     }
 }
@@ -206,6 +294,7 @@ fn node1(timestamp_ns: i64) -> Sample {
         cpu_nanocores: None,
         memory_working_set_bytes: Some(1_616_273_408),
         start_time_ns: None,
+        swap_bytes: None,
     }
 }
 
@@ -335,6 +424,7 @@ fn labels_in_any_order_with_blanks_and_trailing_comma_merge_into_one_container()
                 cpu_nanocores: None,
                 memory_working_set_bytes: Some(4096),
                 start_time_ns: Some(10_000_000_000),
+                swap_bytes: None,
             },
         }]
     );

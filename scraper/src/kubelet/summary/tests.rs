@@ -47,6 +47,15 @@ fn sample(ts_s: i64, cpu_ns: u64, nanocores: Option<u64>, memory: u64, start_s: 
         cpu_nanocores: nanocores,
         memory_working_set_bytes: Some(memory),
         start_time_ns: Some(start_s * S),
+        swap_bytes: None,
+    }
+}
+
+/// `s` with swap reported and unused (`swapUsageBytes: 0`).
+fn with_swap(s: Sample) -> Sample {
+    Sample {
+        swap_bytes: Some(0),
+        ..s
     }
 }
 
@@ -57,6 +66,7 @@ fn node(ts_s: i64, cpu_ns: u64, nanocores: u64, memory: u64) -> Option<Sample> {
         cpu_nanocores: Some(nanocores),
         memory_working_set_bytes: Some(memory),
         start_time_ns: None,
+        swap_bytes: None,
     })
 }
 
@@ -122,9 +132,16 @@ fn v1_28_multi_container_pods() {
     let body = fixture("stats-summary-nri-kubernetes-minikube-v1.28.json");
     let scrape = parse(&body, REQUEST_NS).expect("parses");
     // 2023-11-10T06:20:52Z
+    // The first capture with `swap` objects: swap is on (1 GiB available) and unused.
     assert_eq!(
         scrape.node,
-        node(1_699_597_252, 117_133_655_000, 677_703_301, 884_572_160)
+        node(1_699_597_252, 117_133_655_000, 677_703_301, 884_572_160).map(with_swap)
+    );
+    assert!(
+        scrape
+            .containers
+            .iter()
+            .all(|c| c.sample.swap_bytes == Some(0))
     );
     assert_eq!(pod_count(&scrape), 18);
     assert_eq!(scrape.containers.len(), 23);
@@ -142,7 +159,13 @@ fn v1_28_multi_container_pods() {
             "e2e-daemonset-xbvmt",
             "failing-container"
         ),
-        sample(1_699_597_248, 12_958_000, Some(0), 532_480, 1_699_597_218)
+        with_swap(sample(
+            1_699_597_248,
+            12_958_000,
+            Some(0),
+            532_480,
+            1_699_597_218
+        ))
     );
     assert_eq!(
         *find(
@@ -151,13 +174,13 @@ fn v1_28_multi_container_pods() {
             "storage-provisioner",
             "storage-provisioner"
         ),
-        sample(
+        with_swap(sample(
             1_699_597_240,
             274_106_000,
             Some(1_610_000),
             8_552_448,
             1_699_597_136
-        )
+        ))
     );
     // Names are borrowed from the body.
     assert!(matches!(scrape.containers[0].pod, Cow::Borrowed(_)));
@@ -170,7 +193,7 @@ fn v1_35_with_psi_and_io() {
     // 2026-06-26T10:14:35Z
     assert_eq!(
         scrape.node,
-        node(1_782_468_875, 62_148_052_000, 573_081_903, 917_110_784)
+        node(1_782_468_875, 62_148_052_000, 573_081_903, 917_110_784).map(with_swap)
     );
     assert_eq!(pod_count(&scrape), 17);
     assert_eq!(scrape.containers.len(), 17);
@@ -181,13 +204,13 @@ fn v1_35_with_psi_and_io() {
             "e2e-kube-state-metrics-75b885dc9-97mtr",
             "kube-state-metrics"
         ),
-        sample(
+        with_swap(sample(
             1_782_468_871,
             111_020_000,
             Some(1_237_866),
             18_919_424,
             1_782_468_784
-        )
+        ))
     );
 }
 
@@ -287,6 +310,7 @@ fn absent_and_null_fields_are_none_and_time_falls_back() {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(5),
             start_time_ns: None,
+            swap_bytes: None,
         })
     );
     let got: Vec<_> = scrape
@@ -444,4 +468,24 @@ fn rfc3339_matches_go_time_parse() {
     for (text, want) in cases {
         assert_eq!(rfc3339_ns(text), want, "{text}");
     }
+}
+
+#[test]
+fn swap_usage_is_read_where_present_and_absent_otherwise() {
+    let body =
+        br#"{"node":{"nodeName":"n","cpu":{"time":"2026-01-01T00:00:00Z","usageCoreNanoSeconds":5},
+        "memory":{"time":"2026-01-01T00:00:00Z","workingSetBytes":7},
+        "swap":{"time":"2026-01-01T00:00:00Z","swapAvailableBytes":100,"swapUsageBytes":42}},
+      "pods":[{"podRef":{"name":"p","namespace":"ns","uid":"u"},"containers":[
+        {"name":"a","cpu":{"usageCoreNanoSeconds":1},"swap":{"swapUsageBytes":4096}},
+        {"name":"b","cpu":{"usageCoreNanoSeconds":1},"swap":null},
+        {"name":"c","cpu":{"usageCoreNanoSeconds":1},"swap":{"swapAvailableBytes":9}}]}]}"#;
+    let scrape = parse(body, REQUEST_NS).expect("parses");
+    assert_eq!(scrape.node.unwrap().swap_bytes, Some(42));
+    let swap: Vec<_> = scrape
+        .containers
+        .iter()
+        .map(|c| c.sample.swap_bytes)
+        .collect();
+    assert_eq!(swap, [Some(4096), None, None]);
 }

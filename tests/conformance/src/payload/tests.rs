@@ -72,6 +72,7 @@ fn resource_round_trips_through_the_scraper_parser() {
             cpu_nanocores: None,
             memory_working_set_bytes: Some(node.memory_working_set_bytes),
             start_time_ns: None,
+            swap_bytes: None,
         })
     );
     let mut want = BTreeMap::new();
@@ -85,6 +86,7 @@ fn resource_round_trips_through_the_scraper_parser() {
                     cpu_nanocores: None,
                     memory_working_set_bytes: Some(c.memory_working_set_bytes),
                     start_time_ns: Some((c.start_time_s * 1e9) as i64),
+                    swap_bytes: None,
                 },
             );
         }
@@ -108,6 +110,7 @@ fn summary_round_trips_through_the_scraper_parser() {
             cpu_nanocores: node.cpu_nanocores,
             memory_working_set_bytes: Some(node.memory_working_set_bytes),
             start_time_ns: None,
+            swap_bytes: None,
         })
     );
     let mut want = BTreeMap::new();
@@ -130,6 +133,7 @@ fn summary_round_trips_through_the_scraper_parser() {
                         0
                     }),
                     start_time_ns: Some((c.start_time_s as i64) * S),
+                    swap_bytes: None,
                 },
             );
         }
