@@ -442,6 +442,7 @@ impl Cluster {
             system_cpu_cores: 0.15,
             system_memory_bytes: 900 << 20,
             pods: pods.iter().map(|p| p.sim.clone()).collect(),
+            housekeeping: kubelet::DEFAULT_HOUSEKEEPING,
         };
         let options = kubelet::Options {
             bearer_token: Some(self.server_token.clone()),
