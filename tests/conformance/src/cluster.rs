@@ -1,8 +1,9 @@
 //! A whole simulated cluster in one process: the control plane (kube-apiserver and
 //! kube-aggregator on the wire) serving Nodes and Running Pods from the object server, one
-//! simulated kubelet per node serving a workload driven by the wall clock, and the server
-//! itself, started with [`apiserver::run::run_with`] against the control plane and registered
-//! as `v1beta1.metrics.k8s.io` and `v1.metrics.k8s.io`. Used by the `sandbox` binary, the
+//! simulated kubelet per node serving a workload driven by the wall clock (its stats refreshed
+//! on a housekeeping interval, as cAdvisor does), and the server itself, started with
+//! [`apiserver::run::run_with`] against the control plane and registered as
+//! `v1beta1.metrics.k8s.io` and `v1.metrics.k8s.io`. Used by the `sandbox` binary, the
 //! conformance tests and the benches.
 //!
 //! # Layout
@@ -126,6 +127,9 @@ pub struct ClusterConfig {
     pub seed: u64,
     /// `--metric-resolution`.
     pub resolution: Duration,
+    /// How often every kubelet refreshes its stats (cAdvisor `--housekeeping_interval`, see
+    /// [`SimNode::housekeeping`]); zero renders them at each request.
+    pub housekeeping: Duration,
     /// Start these nodes' kubelets in a fault mode.
     pub faults: Vec<(String, Fault)>,
     /// Extra labels on these nodes.
@@ -141,8 +145,9 @@ pub struct ClusterConfig {
 }
 
 impl Default for ClusterConfig {
-    /// Three nodes of five pods (up to two containers each), 10 s resolution, the e2e
-    /// workloads, and the last node labelled `metrics-server-skip=true` and excluded by
+    /// Three nodes of five pods (up to two containers each), 10 s resolution, kubelets that
+    /// refresh their stats every 10 s (cAdvisor's default), the e2e workloads, and the last
+    /// node labelled `metrics-server-skip=true` and excluded by
     /// `--node-selector=metrics-server-skip!=true`, as in metrics-server's e2e topology.
     fn default() -> Self {
         ClusterConfig {
@@ -151,6 +156,7 @@ impl Default for ClusterConfig {
             containers: 2,
             seed: 1,
             resolution: Duration::from_secs(10),
+            housekeeping: kubelet::DEFAULT_HOUSEKEEPING,
             faults: Vec::new(),
             node_labels: vec![(
                 ClusterConfig::node_name(2),
@@ -442,6 +448,7 @@ impl Cluster {
             system_cpu_cores: 0.15,
             system_memory_bytes: 900 << 20,
             pods: pods.iter().map(|p| p.sim.clone()).collect(),
+            housekeeping: self.config.housekeeping,
         };
         let options = kubelet::Options {
             bearer_token: Some(self.server_token.clone()),

@@ -4,7 +4,9 @@
 //! certificate). It records every request it sees so tests can assert what a client sent.
 //!
 //! [`SimNode`] is a workload model driven by a time parameter: CPU counters grow at a
-//! configured rate, memory wanders within bounds, containers restart.
+//! configured rate, memory wanders within bounds, containers restart. Like a kubelet's
+//! cAdvisor, it refreshes each container's and the node's stats on its own housekeeping timer
+//! (10 s by default), so two requests between refreshes get the same values and timestamps.
 //!
 //! [`SimFleet`] serves many such nodes from one process (one port per node, one shared
 //! certificate), for scale harnesses.
@@ -35,7 +37,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 pub use fleet::{Clock, FleetCounts, SimFleet};
-pub use model::{SimContainer, SimNode, SimPod};
+pub use model::{DEFAULT_HOUSEKEEPING, SimContainer, SimNode, SimPod};
 
 use crate::payload::{NodeStats, render_resource, render_summary};
 
@@ -91,8 +93,8 @@ pub enum Content {
         summary: Bytes,
     },
     /// Rendered from a workload model at the time `clock` returns (Unix ms), read at each
-    /// request. The caller supplies the clock: the wall clock in the sandbox, a shared test
-    /// time in tests.
+    /// request (each sample as of its last housekeeping, see [`SimNode::housekeeping`]). The
+    /// caller supplies the clock: the wall clock in the sandbox, a shared test time in tests.
     Live {
         /// The workload.
         node: SimNode,

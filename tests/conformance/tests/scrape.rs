@@ -741,11 +741,16 @@ fn wall_clock_ms() -> Arc<dyn Fn() -> i64 + Send + Sync> {
     Arc::new(|| unix_now_ns() / 1_000_000)
 }
 
-/// A live workload (3 pods of 2 containers) on a node booted an hour ago, on the wall clock.
+/// A live workload (3 pods of 2 containers) on a node booted an hour ago, on the wall clock,
+/// refreshed every 300 ms: under the 600 and 900 ms resolutions below, so every scrape sees
+/// new samples, as a 10 s housekeeping does for a 15 s resolution.
 fn live(node: &str) -> conformance::kubelet::Content {
     let boot_ms = unix_now_ns() / 1_000_000 - 3_600_000;
     conformance::kubelet::Content::Live {
-        node: conformance::kubelet::SimNode::generate(node, 3, 2, boot_ms),
+        node: conformance::kubelet::SimNode {
+            housekeeping: Duration::from_millis(300),
+            ..conformance::kubelet::SimNode::generate(node, 3, 2, boot_ms)
+        },
         clock: wall_clock_ms(),
     }
 }

@@ -26,6 +26,10 @@ struct Args {
     /// Metric resolution in seconds (at least 10).
     #[arg(long, default_value_t = 15)]
     resolution: u64,
+    /// How often each kubelet refreshes its stats, in seconds (cAdvisor's
+    /// --housekeeping_interval; 0 renders them at every request).
+    #[arg(long, default_value_t = 10)]
+    housekeeping: u64,
     /// Seed of the generated workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -70,6 +74,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         containers: args.containers.max(1),
         seed: args.seed,
         resolution: Duration::from_secs(args.resolution),
+        housekeeping: Duration::from_secs(args.housekeeping),
         server_args: args.server_args,
         ready_timeout: Duration::from_secs(args.resolution * 4 + 60),
         ..ClusterConfig::default()

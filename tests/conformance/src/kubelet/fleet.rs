@@ -1,7 +1,7 @@
 //! Many simulated kubelets in one process: one HTTPS listener per node on its own `127.0.0.1`
 //! port, one shared serving certificate and TLS configuration, one Tokio runtime. Each node
 //! serves `/metrics/resource` and `/stats/summary` rendered at request time from its
-//! [`SimNode`] model, so counters move. Cheap enough for thousands of nodes (no per-node
+//! [`SimNode`] model (as of each sample's last housekeeping), so counters move. Cheap enough for thousands of nodes (no per-node
 //! certificate, fault switch or request log).
 
 use std::convert::Infallible;

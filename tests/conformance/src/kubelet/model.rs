@@ -1,13 +1,20 @@
 //! A workload model driven by a time parameter (no hidden clock): CPU counters grow at a
 //! configured rate, memory wanders within bounds, containers restart (counter reset and a
 //! new start time).
+//!
+//! Stats are sampled the way a kubelet's cAdvisor samples them: each container, and the
+//! node's root cgroup, is refreshed on its own housekeeping timer ([`SimNode::housekeeping`]),
+//! so a request between two refreshes sees the values and timestamps of the last one.
 
 use std::time::Duration;
 
 use crate::payload::{ContainerStats, NodeStats, PodStats};
 
+/// cAdvisor's default `--housekeeping_interval`, which the kubelet keeps.
+pub const DEFAULT_HOUSEKEEPING: Duration = Duration::from_secs(10);
+
 /// One node's workload.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SimNode {
     /// Node name.
     pub name: String,
@@ -19,6 +26,26 @@ pub struct SimNode {
     pub system_memory_bytes: u64,
     /// Pods.
     pub pods: Vec<SimPod>,
+    /// How often stats are refreshed (cAdvisor `--housekeeping_interval`, whole milliseconds;
+    /// [`DEFAULT_HOUSEKEEPING`] by default). Each container, and the node's own sample, is
+    /// refreshed at `phase + k * housekeeping` with its own phase in `[0, housekeeping)`
+    /// hashed from the node, pod and container names; a request gets what the last refresh
+    /// saw. Zero (or under 1 ms) samples everything at the request's time.
+    pub housekeeping: Duration,
+}
+
+impl Default for SimNode {
+    /// An empty node booted at the epoch, refreshed every [`DEFAULT_HOUSEKEEPING`].
+    fn default() -> Self {
+        SimNode {
+            name: String::new(),
+            boot_ms: 0,
+            system_cpu_cores: 0.0,
+            system_memory_bytes: 0,
+            pods: Vec::new(),
+            housekeeping: DEFAULT_HOUSEKEEPING,
+        }
+    }
 }
 
 /// One pod.
@@ -148,7 +175,8 @@ impl SimContainer {
 
 impl SimNode {
     /// A node with `pods` pods of `containers` containers each, deterministic rates and
-    /// bounds, booted and with every container created at `boot_ms`.
+    /// bounds, booted and with every container created at `boot_ms`, refreshed every
+    /// [`DEFAULT_HOUSEKEEPING`].
     pub fn generate(name: &str, pods: usize, containers: usize, boot_ms: i64) -> Self {
         let pods = (0..pods)
             .map(|p| SimPod {
@@ -175,14 +203,21 @@ impl SimNode {
             system_cpu_cores: 0.1,
             system_memory_bytes: 512 << 20,
             pods,
+            housekeeping: DEFAULT_HOUSEKEEPING,
         }
     }
 
-    /// The node's stats at `now_ms` (Unix ms), ready for `payload::render_*`.
+    /// The node's stats as a request at `now_ms` (Unix ms) gets them, ready for
+    /// `payload::render_*`: each container as of its last refresh (see
+    /// [`SimNode::housekeeping`]), the node's own sample as of the node's.
+    ///
+    /// A container appears at its creation, sampled at that instant (cAdvisor housekeeps a
+    /// new container as soon as it discovers it); a restart shows at its next refresh.
+    /// `usageNanoCores` is the average rate since the previous refresh (what cAdvisor
+    /// computes from its last two samples) and absent on a container's first sample; with
+    /// no housekeeping it is the instantaneous rate at `now_ms`.
     pub fn stats_at(&self, now_ms: i64) -> NodeStats {
-        let mut node_cpu = self.system_cpu_cores * (now_ms - self.boot_ms).max(0) as f64 / 1000.0;
-        let mut node_memory = self.system_memory_bytes;
-        let mut node_cores = self.system_cpu_cores;
+        let every = self.housekeeping_ms();
         let pods = self
             .pods
             .iter()
@@ -193,144 +228,133 @@ impl SimNode {
                 containers: pod
                     .containers
                     .iter()
-                    .filter_map(|c| {
-                        let started = c.started_ms(now_ms)?;
-                        let memory = c.memory_bytes(now_ms);
-                        node_cpu += c.cpu_seconds_all(now_ms);
-                        node_cores += c.cpu_cores_at(now_ms);
-                        node_memory = node_memory.saturating_add(memory);
-                        Some(ContainerStats {
-                            name: c.name.clone(),
-                            start_time_s: started as f64 / 1000.0,
-                            timestamp_ms: now_ms,
-                            cpu_seconds_total: c.cpu_seconds(now_ms),
-                            memory_working_set_bytes: memory,
-                            cpu_nanocores: Some((c.cpu_cores_at(now_ms) * 1e9) as u64),
-                            terminated: false,
-                        })
-                    })
+                    .filter_map(|c| self.container_stats(pod, c, now_ms, every))
                     .collect(),
             })
             .collect();
+        let (at, cores) = self.node_sample(now_ms, every);
         NodeStats {
             name: self.name.clone(),
-            timestamp_ms: now_ms,
-            cpu_seconds_total: node_cpu,
-            memory_working_set_bytes: node_memory,
+            timestamp_ms: at,
+            cpu_seconds_total: self.node_cpu_seconds(at),
+            memory_working_set_bytes: self.node_memory_bytes(at),
             start_time_s: self.boot_ms as f64 / 1000.0,
-            cpu_nanocores: Some((node_cores * 1e9) as u64),
+            cpu_nanocores: cores.map(|n| (n * 1e9) as u64),
             pods,
         }
     }
+
+    /// One container's stats as of its last refresh at or before `now_ms` (`every`: the
+    /// housekeeping interval in ms), `None` before its creation.
+    fn container_stats(
+        &self,
+        pod: &SimPod,
+        c: &SimContainer,
+        now_ms: i64,
+        every: Option<i64>,
+    ) -> Option<ContainerStats> {
+        if now_ms < c.created_ms {
+            return None;
+        }
+        let (at, cores) = match every {
+            None => (now_ms, Some(c.cpu_cores_at(now_ms))),
+            Some(every) => {
+                let phase = phase_ms(&[&self.name, &pod.namespace, &pod.name, &c.name], every);
+                // The first housekeeping runs when the container is discovered.
+                let at = last_refresh(now_ms, phase, every).max(c.created_ms);
+                let from = at.saturating_sub(every).max(c.started_ms(at)?);
+                (
+                    at,
+                    (from < at).then(|| average_cores(c.cpu_integral(from, at), from, at)),
+                )
+            }
+        };
+        Some(ContainerStats {
+            name: c.name.clone(),
+            start_time_s: c.started_ms(at)? as f64 / 1000.0,
+            timestamp_ms: at,
+            cpu_seconds_total: c.cpu_seconds(at),
+            memory_working_set_bytes: c.memory_bytes(at),
+            cpu_nanocores: cores.map(|n| (n * 1e9) as u64),
+            terminated: false,
+        })
+    }
+
+    /// When the node's own (root cgroup) sample was taken for a request at `now_ms`, and its
+    /// CPU rate in cores.
+    fn node_sample(&self, now_ms: i64, every: Option<i64>) -> (i64, Option<f64>) {
+        let Some(every) = every else {
+            return (now_ms, Some(self.node_cores_at(now_ms)));
+        };
+        let phase = phase_ms(&[&self.name], every);
+        // The first sample is taken at boot.
+        let at = last_refresh(now_ms, phase, every).max(self.boot_ms.min(now_ms));
+        let from = at.saturating_sub(every).max(self.boot_ms);
+        let used = self.node_cpu_seconds(at) - self.node_cpu_seconds(from);
+        (at, (from < at).then(|| average_cores(used, from, at)))
+    }
+
+    /// [`SimNode::housekeeping`] in whole milliseconds, `None` when under 1 ms.
+    fn housekeeping_ms(&self) -> Option<i64> {
+        Some(i64::try_from(self.housekeeping.as_millis()).unwrap_or(i64::MAX)).filter(|&ms| ms > 0)
+    }
+
+    /// The node's cumulative CPU at `at_ms`: the system's since boot plus every incarnation
+    /// of every container created by then (the root cgroup's counter).
+    fn node_cpu_seconds(&self, at_ms: i64) -> f64 {
+        self.containers().fold(
+            self.system_cpu_cores * (at_ms - self.boot_ms).max(0) as f64 / 1000.0,
+            |sum, c| sum + c.cpu_seconds_all(at_ms),
+        )
+    }
+
+    /// The node's working set at `at_ms`: the system's plus every running container's.
+    fn node_memory_bytes(&self, at_ms: i64) -> u64 {
+        self.containers()
+            .filter(|c| c.created_ms <= at_ms)
+            .fold(self.system_memory_bytes, |sum, c| {
+                sum.saturating_add(c.memory_bytes(at_ms))
+            })
+    }
+
+    /// The node's instantaneous CPU rate at `at_ms`, in cores.
+    fn node_cores_at(&self, at_ms: i64) -> f64 {
+        self.containers()
+            .filter(|c| c.created_ms <= at_ms)
+            .fold(self.system_cpu_cores, |sum, c| sum + c.cpu_cores_at(at_ms))
+    }
+
+    fn containers(&self) -> impl Iterator<Item = &SimContainer> {
+        self.pods.iter().flat_map(|p| &p.containers)
+    }
+}
+
+/// The average rate, in cores, of `cpu_seconds` used between two instants (`from_ms < to_ms`).
+fn average_cores(cpu_seconds: f64, from_ms: i64, to_ms: i64) -> f64 {
+    cpu_seconds * 1000.0 / (to_ms - from_ms) as f64
+}
+
+/// The last refresh instant `phase_ms + k * every_ms` at or before `now_ms`.
+fn last_refresh(now_ms: i64, phase_ms: i64, every_ms: i64) -> i64 {
+    now_ms - now_ms.saturating_sub(phase_ms).rem_euclid(every_ms)
+}
+
+/// A stable phase in `[0, every_ms)` for a cgroup named by `parts` (FNV-1a with a
+/// splitmix64 finaliser: the same on every run and platform, unlike `RandomState`).
+fn phase_ms(parts: &[&str], every_ms: i64) -> i64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain([0xFF]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
+        }
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^= h >> 31;
+    // `every_ms` is positive, so the remainder fits in i64.
+    i64::try_from(h % every_ms.unsigned_abs()).unwrap_or(0)
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    fn container(restart: Option<u64>) -> SimContainer {
-        SimContainer {
-            name: "app".into(),
-            created_ms: 1_000_000,
-            cpu_cores: 0.25,
-            cpu_wobble: 0.0,
-            memory_min_bytes: 100 << 20,
-            memory_max_bytes: 200 << 20,
-            memory_period: Duration::from_secs(60),
-            restart_every: restart.map(Duration::from_secs),
-        }
-    }
-
-    fn node(restart: Option<u64>) -> SimNode {
-        SimNode {
-            name: "n1".into(),
-            boot_ms: 0,
-            system_cpu_cores: 0.5,
-            system_memory_bytes: 1 << 30,
-            pods: vec![SimPod {
-                namespace: "default".into(),
-                name: "p".into(),
-                uid: "u".into(),
-                containers: vec![container(restart)],
-            }],
-        }
-    }
-
-    #[test]
-    fn cpu_grows_at_the_configured_rate() {
-        let n = node(None);
-        let a = n.stats_at(1_010_000);
-        let b = n.stats_at(1_020_000);
-        let (ca, cb) = (&a.pods[0].containers[0], &b.pods[0].containers[0]);
-        assert!((cb.cpu_seconds_total - ca.cpu_seconds_total - 2.5).abs() < 1e-9);
-        assert!((b.cpu_seconds_total - a.cpu_seconds_total - (2.5 + 5.0)).abs() < 1e-9);
-        assert_eq!(cb.timestamp_ms, 1_020_000);
-        assert_eq!(ca.start_time_s, 1000.0);
-    }
-
-    #[test]
-    fn a_wobbling_rate_swings_but_the_counter_never_decreases_and_averages_out() {
-        let mut c = container(None);
-        c.cpu_wobble = 0.6;
-        let (mut lo, mut hi) = (f64::MAX, 0.0_f64);
-        let mut last = 0.0;
-        for step in 0..=60 {
-            let now = 1_000_000 + step * 1_000;
-            let total = c.cpu_seconds(now);
-            assert!(total >= last, "counter went back at {now}");
-            last = total;
-            let rate = c.cpu_cores_at(now);
-            lo = lo.min(rate);
-            hi = hi.max(rate);
-        }
-        assert!(hi > lo, "{lo}..{hi}");
-        // Over one full swing (10 x 60 s) it integrates to zero: 0.25 cores on average.
-        let full = c.cpu_seconds(1_600_000);
-        assert!((full - 0.25 * 600.0).abs() < 1e-6, "{full}");
-        let rates: Vec<f64> = (0..600)
-            .map(|s| c.cpu_cores_at(1_000_000 + s * 1_000))
-            .collect();
-        let (lo, hi) = rates
-            .iter()
-            .fold((f64::MAX, 0.0_f64), |(l, h), &r| (l.min(r), h.max(r)));
-        assert!(hi > 0.35 && lo < 0.15, "{lo}..{hi}");
-        // Page-aligned memory, as a kernel reports it.
-        assert_eq!(c.memory_bytes(1_030_000) % 4096, 0);
-    }
-
-    #[test]
-    fn restart_resets_the_counter_and_moves_the_start_time() {
-        let n = node(Some(60));
-        let before = n.stats_at(1_059_000);
-        let after = n.stats_at(1_061_000);
-        let (cb, ca) = (&before.pods[0].containers[0], &after.pods[0].containers[0]);
-        assert!(ca.cpu_seconds_total < cb.cpu_seconds_total);
-        assert!((ca.cpu_seconds_total - 0.25).abs() < 1e-9);
-        assert_eq!(ca.start_time_s, 1060.0);
-        // The node's counter never goes back.
-        assert!(after.cpu_seconds_total > before.cpu_seconds_total);
-    }
-
-    #[test]
-    fn memory_wanders_within_bounds_and_containers_appear_when_created() {
-        let n = node(None);
-        let mut seen = std::collections::BTreeSet::new();
-        for t in (1_000_000..1_120_000).step_by(1_000) {
-            let m = n.stats_at(t).pods[0].containers[0].memory_working_set_bytes;
-            assert!((100 << 20..=200 << 20).contains(&m));
-            seen.insert(m);
-        }
-        assert!(seen.len() > 50, "memory should move");
-        assert!(n.stats_at(999_999).pods[0].containers.is_empty());
-    }
-
-    #[test]
-    fn generated_nodes_are_deterministic() {
-        let a = SimNode::generate("n", 10, 2, 0).stats_at(30_000);
-        let b = SimNode::generate("n", 10, 2, 0).stats_at(30_000);
-        assert_eq!(a.pods.len(), 10);
-        assert_eq!(a.pods[3].containers.len(), 2);
-        assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    }
-}
+mod tests;
