@@ -3,11 +3,18 @@
 //! the discovery it builds from them, and the proxy of `/apis/<group>/<version>/**`
 //! (aggregation-contract.md §1.2, §1.6, §2.4).
 //!
+//! An APIService's backend is either one fixed URL ([`ApiService::new`]: always tried, no
+//! readiness) or the endpoints of its Service ([`ApiService::for_service`]): backend pods
+//! added and removed at runtime, each probed for readiness as the kubelet does, one ready
+//! endpoint chosen per request as with `--enable-aggregator-routing`.
+//!
 //! # Layout
 //! - this module: [`Aggregator`], [`ApiService`], availability and discovery refresh.
+//! - [`endpoints`]: Service endpoints, their readiness probes and the choice per request.
 //! - [`proxy`]: forwarding one request with the caller's identity in `X-Remote-*` headers.
 //! - [`query`]: Go's query parsing and re-encoding.
 
+pub mod endpoints;
 pub mod proxy;
 pub mod query;
 
@@ -23,12 +30,15 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rustls_pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use self::endpoints::{EndpointId, Endpoints};
+pub use self::endpoints::{EndpointStatus, ReadinessProbe};
 use crate::controlplane::discovery::{self, Group, Version};
 use crate::controlplane::{BoxError, User};
 
@@ -64,7 +74,17 @@ pub enum BackendTls {
     },
 }
 
-/// One APIService object (apiregistration.k8s.io/v1), resolved to a backend URL.
+/// Where an APIService's requests go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One fixed `https://host:port` (a Service's ClusterIP): always tried, no readiness.
+    Url(String),
+    /// The ready endpoints of [`ApiService::service`] (see [`Aggregator::add_endpoint`]):
+    /// each request goes to one of them, round robin.
+    Endpoints,
+}
+
+/// One APIService object (apiregistration.k8s.io/v1) and where its Service resolves.
 #[derive(Clone, Debug)]
 pub struct ApiService {
     /// `<version>.<group>`.
@@ -77,10 +97,11 @@ pub struct ApiService {
     pub group_priority_minimum: i32,
     /// `spec.versionPriority`.
     pub version_priority: i32,
-    /// `spec.service` as `namespace/name` (display only).
+    /// `spec.service` as `namespace/name`: the Service whose endpoints serve
+    /// [`Backend::Endpoints`].
     pub service: String,
-    /// `https://host:port` of the resolved endpoint.
-    pub backend_url: String,
+    /// Where requests go.
+    pub backend: Backend,
     /// How the backend is verified.
     pub tls: BackendTls,
 }
@@ -95,12 +116,24 @@ impl ApiService {
             version: version.to_owned(),
             group_priority_minimum: 100,
             version_priority: 100,
-            service: "kube-system/metrics-server".to_owned(),
-            backend_url: backend_url.trim_end_matches('/').to_owned(),
+            service: METRICS_SERVER_SERVICE.to_owned(),
+            backend: Backend::Url(backend_url.trim_end_matches('/').to_owned()),
             tls: BackendTls::InsecureSkipVerify,
         }
     }
+
+    /// [`ApiService::new`] served by the ready endpoints of `service` (`namespace/name`).
+    pub fn for_service(group: &str, version: &str, service: &str) -> Self {
+        ApiService {
+            service: service.to_owned(),
+            backend: Backend::Endpoints,
+            ..ApiService::new(group, version, "https://unused")
+        }
+    }
 }
+
+/// The Service of metrics-server's manifest.
+pub const METRICS_SERVER_SERVICE: &str = "kube-system/metrics-server";
 
 /// The `Available` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +157,8 @@ pub struct Config {
     pub probe_timeout: Duration,
     /// Time to response headers for other proxied requests (kube-apiserver's 60 s).
     pub request_timeout: Duration,
+    /// How Service endpoints are probed for readiness.
+    pub readiness: ReadinessProbe,
 }
 
 impl Default for Config {
@@ -133,6 +168,7 @@ impl Default for Config {
             retry_initial: Duration::from_millis(100),
             probe_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
+            readiness: ReadinessProbe::default(),
         }
     }
 }
@@ -153,7 +189,11 @@ struct Inner {
     wake: Notify,
     /// Set by [`Aggregator::check_now`], cleared when a round of checks starts.
     dirty: AtomicBool,
+    /// Bumped after every round of checks and every endpoint change.
     changed: watch::Sender<u64>,
+    endpoints: Mutex<Endpoints>,
+    /// Wakes the prober supervisor when endpoints were added.
+    probe_wake: Notify,
 }
 
 /// The APIService registry, availability controller and proxy. Cheap to clone.
@@ -182,6 +222,8 @@ impl Aggregator {
                 wake: Notify::new(),
                 dirty: AtomicBool::new(false),
                 changed: watch::channel(0).0,
+                endpoints: Mutex::new(Endpoints::default()),
+                probe_wake: Notify::new(),
             }),
         }
     }
@@ -247,9 +289,66 @@ impl Aggregator {
         }
     }
 
+    /// Adds a backend pod at `url` (`https://host:port`) to the endpoints of `service`
+    /// (`namespace/name`), not ready until its readiness probe passes. Adding a URL that is
+    /// there already changes nothing.
+    pub fn add_endpoint(&self, service: &str, url: &str) -> Result<(), Error> {
+        let url = https_url(url)?;
+        if self.inner.endpoints.lock().add(service, &url) {
+            self.inner.probe_wake.notify_one();
+            self.endpoints_changed();
+        }
+        Ok(())
+    }
+
+    /// Removes an endpoint at once, as the endpoints controller does when a pod starts
+    /// terminating: no request is routed to it from now on. False when unknown.
+    pub fn remove_endpoint(&self, service: &str, url: &str) -> bool {
+        let removed = self
+            .inner
+            .endpoints
+            .lock()
+            .remove(service, url.trim_end_matches('/'));
+        if removed.is_some() {
+            self.endpoints_changed();
+        }
+        removed.is_some()
+    }
+
+    /// The endpoints of `service` and their readiness, in the order they were added.
+    pub fn endpoints(&self, service: &str) -> Vec<EndpointStatus> {
+        self.inner.endpoints.lock().list(service)
+    }
+
+    /// Waits until the endpoint `url` of `service` is ready (true), or `timeout` passes or it
+    /// is removed (false).
+    pub async fn wait_endpoint_ready(&self, service: &str, url: &str, timeout: Duration) -> bool {
+        let url = url.trim_end_matches('/');
+        let mut changed = self.inner.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.endpoints(service).iter().find(|e| e.url == url) {
+                Some(e) if e.ready => return true,
+                Some(_) => {}
+                None => return false,
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return false,
+            }
+        }
+    }
+
+    /// Endpoints changed (added, removed, readiness): the availability controller runs now,
+    /// as kube-aggregator's does on EndpointSlice events, and waiters look again.
+    fn endpoints_changed(&self) {
+        self.inner.changed.send_modify(|g| *g += 1);
+        self.check_now();
+    }
+
     fn client(&self, spec: &ApiService) -> Result<HttpClient, Error> {
-        if !spec.backend_url.starts_with("https://") {
-            return Err(Error::Url(spec.backend_url.clone()));
+        if let Backend::Url(url) = &spec.backend {
+            https_url(url)?;
         }
         let verify = match &spec.tls {
             BackendTls::InsecureSkipVerify => tls::client::Verify::Insecure,
@@ -343,9 +442,15 @@ impl Aggregator {
             .collect()
     }
 
-    /// Runs the availability controller until `shutdown`: checks every APIService, then
-    /// waits `check_interval` (or a doubling retry delay after a failure, or a wake-up).
+    /// Runs the availability controller and the endpoints' readiness probes until
+    /// `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
+        tokio::join!(self.run_checks(&shutdown), self.run_probes(&shutdown));
+    }
+
+    /// The availability controller: checks every APIService, then waits `check_interval`
+    /// (or a doubling retry delay after a failure, or a wake-up).
+    async fn run_checks(&self, shutdown: &CancellationToken) {
         let mut retry = self.inner.config.retry_initial;
         loop {
             let all_passed = tokio::select! {
@@ -371,25 +476,85 @@ impl Aggregator {
         }
     }
 
+    /// Starts one prober per endpoint (the kubelet's probe worker of each pod) and owns
+    /// them; a prober ends when its endpoint is removed or on `shutdown`.
+    async fn run_probes(&self, shutdown: &CancellationToken) {
+        let client = match endpoints::probe_client() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "readiness probe client; endpoints stay not ready");
+                return;
+            }
+        };
+        let mut probers = JoinSet::new();
+        loop {
+            let unprobed = self.inner.endpoints.lock().take_unprobed();
+            for u in unprobed {
+                let this = self.clone();
+                let client = client.clone();
+                let shutdown = shutdown.clone();
+                probers.spawn(async move {
+                    tokio::select! {
+                        () = u.stop.cancelled() => {}
+                        () = shutdown.cancelled() => {}
+                        () = this.probe_forever(&client, u.id, &u.url) => {}
+                    }
+                });
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = self.inner.probe_wake.notified() => {}
+                Some(_) = probers.join_next(), if !probers.is_empty() => {}
+            }
+        }
+        while probers.join_next().await.is_some() {}
+    }
+
+    /// Probes one endpoint every period, from now on (`initialDelaySeconds: 0`).
+    async fn probe_forever(&self, client: &endpoints::ProbeClient, id: EndpointId, url: &str) {
+        let probe = &self.inner.config.readiness;
+        let mut ticker = tokio::time::interval(probe.period.max(Duration::from_millis(1)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let passed = endpoints::probe_once(client, url, probe).await;
+            let changed = self
+                .inner
+                .endpoints
+                .lock()
+                .record(id, passed, probe.failure_threshold);
+            if changed {
+                tracing::debug!(%url, ready = passed, "endpoint readiness changed");
+                self.endpoints_changed();
+            }
+        }
+    }
+
     async fn check_all(&self) -> bool {
         self.inner.dirty.store(false, Ordering::SeqCst);
-        let snapshot: Vec<(ApiService, HttpClient)> = self
-            .inner
-            .entries
-            .read()
-            .values()
-            .map(|e| (e.spec.clone(), e.client.clone()))
-            .collect();
-        let results = futures::future::join_all(
-            snapshot
-                .iter()
-                .map(|(spec, client)| self.check(spec, client)),
-        )
-        .await;
+        let snapshot: Vec<(ApiService, HttpClient, Result<Vec<String>, Availability>)> = {
+            let entries = self.inner.entries.read();
+            let mut endpoints = self.inner.endpoints.lock();
+            entries
+                .values()
+                .map(|e| {
+                    let targets = resolve(&e.spec, &mut endpoints);
+                    (e.spec.clone(), e.client.clone(), targets)
+                })
+                .collect()
+        };
+        let results =
+            futures::future::join_all(snapshot.iter().map(|(spec, client, targets)| async move {
+                match targets {
+                    Ok(urls) => self.check(spec, client, urls).await,
+                    Err(status) => (status.clone(), None),
+                }
+            }))
+            .await;
         let mut all_passed = true;
         {
             let mut entries = self.inner.entries.write();
-            for ((spec, _), (status, discovered)) in snapshot.iter().zip(results) {
+            for ((spec, _, _), (status, discovered)) in snapshot.iter().zip(results) {
                 all_passed &= status.available && discovered.is_some();
                 if let Some(e) = entries.get_mut(&spec.name) {
                     e.status = status;
@@ -404,23 +569,42 @@ impl Aggregator {
         all_passed
     }
 
-    /// One availability check (5 parallel probes of `/apis/<g>/<v>`) and one discovery fetch.
+    /// One availability check (5 parallel probes of `/apis/<g>/<v>`, spread over `backends`)
+    /// and one discovery fetch from a backend that passed.
+    ///
+    /// kube-aggregator resolves one random ready endpoint per check; spreading the attempts
+    /// over the ready endpoints instead means one bad endpoint cannot fail the check by
+    /// chance while another one is ready.
     async fn check(
         &self,
         spec: &ApiService,
         client: &HttpClient,
+        backends: &[String],
     ) -> (Availability, Option<Vec<Value>>) {
-        let url = format!("{}/apis/{}/{}", spec.backend_url, spec.group, spec.version);
         let timeout = self.inner.config.probe_timeout;
         let masters = ["system:masters"];
-        let attempts =
-            (0..PROBE_ATTEMPTS).map(|_| get(client, &url, "application/json", &masters, timeout));
+        let urls: Vec<(&str, String)> = backends
+            .iter()
+            .cycle()
+            .take(PROBE_ATTEMPTS.max(backends.len()))
+            .map(|b| {
+                (
+                    b.as_str(),
+                    format!("{b}/apis/{}/{}", spec.group, spec.version),
+                )
+            })
+            .collect();
+        let attempts = urls
+            .iter()
+            .map(|(_, url)| get(client, url, "application/json", &masters, timeout));
         let results = futures::future::join_all(attempts).await;
         let mut last_error = String::new();
-        let mut passed = false;
-        for r in results {
+        let mut passed: Option<&str> = None;
+        for ((backend, url), r) in urls.iter().zip(results) {
             match r {
-                Ok((status, _, _)) if (200..400).contains(&status.as_u16()) => passed = true,
+                Ok((status, _, _)) if (200..400).contains(&status.as_u16()) => {
+                    passed = passed.or(Some(backend));
+                }
                 Ok((status, _, _)) => {
                     last_error = format!(
                         "failing or missing response from {url}: bad status from {url}: {}",
@@ -430,7 +614,7 @@ impl Aggregator {
                 Err(e) => last_error = format!("failing or missing response from {url}: {e}"),
             }
         }
-        let status = if passed {
+        let status = if passed.is_some() {
             Availability {
                 available: true,
                 reason: "Passed".to_owned(),
@@ -443,19 +627,23 @@ impl Aggregator {
                 message: last_error,
             }
         };
-        let discovered = if passed {
-            self.discover(spec, client).await
-        } else {
-            None
+        let discovered = match passed {
+            Some(backend) => self.discover(spec, client, backend).await,
+            None => None,
         };
         (status, discovered)
     }
 
     /// The resources of one group version, from the backend's aggregated discovery (`/apis`,
     /// v2) or, when it answers anything but v2 or 503, its legacy `/apis/<g>/<v>`.
-    async fn discover(&self, spec: &ApiService, client: &HttpClient) -> Option<Vec<Value>> {
+    async fn discover(
+        &self,
+        spec: &ApiService,
+        client: &HttpClient,
+        backend: &str,
+    ) -> Option<Vec<Value>> {
         let timeout = self.inner.config.probe_timeout;
-        let url = format!("{}/apis", spec.backend_url);
+        let url = format!("{backend}/apis");
         let (status, headers, body) = get(
             client,
             &url,
@@ -482,7 +670,7 @@ impl Aggregator {
             })?;
             return Some(version.get("resources")?.as_array()?.clone());
         }
-        let url = format!("{}/apis/{}/{}", spec.backend_url, spec.group, spec.version);
+        let url = format!("{backend}/apis/{}/{}", spec.group, spec.version);
         let (status, _, body) = get(client, &url, "application/json", &[], timeout)
             .await
             .ok()?;
@@ -512,18 +700,20 @@ impl Aggregator {
             let e = entries
                 .values()
                 .find(|e| e.spec.group == group && e.spec.version == version)?;
-            (
-                e.spec.backend_url.clone(),
-                e.client.clone(),
-                e.status.available,
-            )
+            let url = match &e.spec.backend {
+                Backend::Url(url) => Some(url.clone()),
+                Backend::Endpoints => self.inner.endpoints.lock().pick(&e.spec.service),
+            };
+            (url, e.client.clone(), e.status.available)
         };
-        if !available {
+        // Unavailable, or no ready endpoint to resolve to (kube-aggregator's
+        // `ResolveEndpoint` error): the same 503.
+        let Some(url) = url.filter(|_| available) else {
             return Some(proxy::text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "service unavailable",
             ));
-        }
+        };
         let timeout = if discovery_path {
             proxy::Timeout::Discovery(self.inner.config.probe_timeout)
         } else {
@@ -531,6 +721,47 @@ impl Aggregator {
         };
         Some(proxy::forward(&client, &url, req, user, timeout).await)
     }
+}
+
+/// `url` without a trailing slash when it is `https://...`.
+fn https_url(url: &str) -> Result<String, Error> {
+    if url.starts_with("https://") {
+        Ok(url.trim_end_matches('/').to_owned())
+    } else {
+        Err(Error::Url(url.to_owned()))
+    }
+}
+
+/// The backends an availability check probes: the fixed URL, or the ready endpoints of the
+/// Service (rotated, so checks spread over them); the failed condition when there is none
+/// (kube-aggregator's `EndpointsNotFound` and `MissingEndpoints`).
+fn resolve(spec: &ApiService, endpoints: &mut Endpoints) -> Result<Vec<String>, Availability> {
+    let url = match &spec.backend {
+        Backend::Url(url) => return Ok(vec![url.clone()]),
+        Backend::Endpoints => endpoints.ready_rotated(&spec.service),
+    };
+    if !url.is_empty() {
+        return Ok(url);
+    }
+    let (ns, name) = spec
+        .service
+        .split_once('/')
+        .unwrap_or(("", spec.service.as_str()));
+    Err(if endpoints.has_any(&spec.service) {
+        Availability {
+            available: false,
+            reason: "MissingEndpoints".to_owned(),
+            message: format!(
+                "endpointslices for service/{name} in \"{ns}\" have no addresses with port name \"https\""
+            ),
+        }
+    } else {
+        Availability {
+            available: false,
+            reason: "EndpointsNotFound".to_owned(),
+            message: format!("cannot find endpointslices for service/{name} in \"{ns}\""),
+        }
+    })
 }
 
 /// One GET as `system:kube-aggregator` with these groups; the body is read in full (bounded).
