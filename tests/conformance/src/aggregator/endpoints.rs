@@ -17,6 +17,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// A readiness probe, as a pod spec's `readinessProbe.httpGet` with `scheme: HTTPS` (the
@@ -205,6 +206,62 @@ impl Endpoints {
                 e.ready = false;
             }
             changed
+        }
+    }
+}
+
+impl super::Aggregator {
+    /// Starts one prober per endpoint (the kubelet's probe worker of each pod) and owns
+    /// them; a prober ends when its endpoint is removed or on `shutdown`.
+    pub(super) async fn run_probes(&self, shutdown: &CancellationToken) {
+        let client = match probe_client() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "readiness probe client; endpoints stay not ready");
+                return;
+            }
+        };
+        let mut probers = JoinSet::new();
+        loop {
+            let unprobed = self.inner.endpoints.lock().take_unprobed();
+            for u in unprobed {
+                let this = self.clone();
+                let client = client.clone();
+                let shutdown = shutdown.clone();
+                probers.spawn(async move {
+                    tokio::select! {
+                        () = u.stop.cancelled() => {}
+                        () = shutdown.cancelled() => {}
+                        () = this.probe_forever(&client, u.id, &u.url) => {}
+                    }
+                });
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = self.inner.probe_wake.notified() => {}
+                Some(_) = probers.join_next(), if !probers.is_empty() => {}
+            }
+        }
+        while probers.join_next().await.is_some() {}
+    }
+
+    /// Probes one endpoint every period, from now on (`initialDelaySeconds: 0`).
+    async fn probe_forever(&self, client: &ProbeClient, id: EndpointId, url: &str) {
+        let probe = &self.inner.config.readiness;
+        let mut ticker = tokio::time::interval(probe.period.max(Duration::from_millis(1)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let passed = probe_once(client, url, probe).await;
+            let changed = self
+                .inner
+                .endpoints
+                .lock()
+                .record(id, passed, probe.failure_threshold);
+            if changed {
+                tracing::debug!(%url, ready = passed, "endpoint readiness changed");
+                self.endpoints_changed();
+            }
         }
     }
 }

@@ -9,11 +9,13 @@
 //! endpoint chosen per request as with `--enable-aggregator-routing`.
 //!
 //! # Layout
-//! - this module: [`Aggregator`], [`ApiService`], availability and discovery refresh.
+//! - this module: [`Aggregator`], [`ApiService`], registration, discovery and routing.
+//! - `available`: the availability controller and the discovery refresh.
 //! - [`endpoints`]: Service endpoints, their readiness probes and the choice per request.
 //! - [`proxy`]: forwarding one request with the caller's identity in `X-Remote-*` headers.
 //! - [`query`]: Go's query parsing and re-encoding.
 
+mod available;
 pub mod endpoints;
 pub mod proxy;
 pub mod query;
@@ -24,8 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
-use http_body_util::{BodyExt, Empty, Limited};
+use http::{Request, StatusCode};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -34,10 +35,9 @@ use parking_lot::{Mutex, RwLock};
 use rustls_pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use self::endpoints::{EndpointId, Endpoints};
+use self::endpoints::Endpoints;
 pub use self::endpoints::{EndpointStatus, ReadinessProbe};
 use crate::controlplane::discovery::{self, Group, Version};
 use crate::controlplane::{BoxError, User};
@@ -207,9 +207,6 @@ impl std::fmt::Debug for Aggregator {
         f.debug_struct("Aggregator").finish_non_exhaustive()
     }
 }
-
-const PROBE_ATTEMPTS: usize = 5;
-const MAX_DISCOVERY_BYTES: usize = 8 << 20;
 
 impl Aggregator {
     /// An aggregator that presents `front_proxy` (CN `front-proxy-client`) to backends.
@@ -448,239 +445,6 @@ impl Aggregator {
         tokio::join!(self.run_checks(&shutdown), self.run_probes(&shutdown));
     }
 
-    /// The availability controller: checks every APIService, then waits `check_interval`
-    /// (or a doubling retry delay after a failure, or a wake-up).
-    async fn run_checks(&self, shutdown: &CancellationToken) {
-        let mut retry = self.inner.config.retry_initial;
-        loop {
-            let all_passed = tokio::select! {
-                () = shutdown.cancelled() => return,
-                passed = self.check_all() => passed,
-            };
-            let delay = if all_passed {
-                retry = self.inner.config.retry_initial;
-                self.inner.config.check_interval
-            } else {
-                let d = retry;
-                retry = (retry * 2).min(self.inner.config.check_interval);
-                d
-            };
-            let deadline = tokio::time::Instant::now() + delay;
-            while !self.inner.dirty.load(Ordering::SeqCst) {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep_until(deadline) => break,
-                    () = self.inner.wake.notified() => {}
-                }
-            }
-        }
-    }
-
-    /// Starts one prober per endpoint (the kubelet's probe worker of each pod) and owns
-    /// them; a prober ends when its endpoint is removed or on `shutdown`.
-    async fn run_probes(&self, shutdown: &CancellationToken) {
-        let client = match endpoints::probe_client() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "readiness probe client; endpoints stay not ready");
-                return;
-            }
-        };
-        let mut probers = JoinSet::new();
-        loop {
-            let unprobed = self.inner.endpoints.lock().take_unprobed();
-            for u in unprobed {
-                let this = self.clone();
-                let client = client.clone();
-                let shutdown = shutdown.clone();
-                probers.spawn(async move {
-                    tokio::select! {
-                        () = u.stop.cancelled() => {}
-                        () = shutdown.cancelled() => {}
-                        () = this.probe_forever(&client, u.id, &u.url) => {}
-                    }
-                });
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = self.inner.probe_wake.notified() => {}
-                Some(_) = probers.join_next(), if !probers.is_empty() => {}
-            }
-        }
-        while probers.join_next().await.is_some() {}
-    }
-
-    /// Probes one endpoint every period, from now on (`initialDelaySeconds: 0`).
-    async fn probe_forever(&self, client: &endpoints::ProbeClient, id: EndpointId, url: &str) {
-        let probe = &self.inner.config.readiness;
-        let mut ticker = tokio::time::interval(probe.period.max(Duration::from_millis(1)));
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let passed = endpoints::probe_once(client, url, probe).await;
-            let changed = self
-                .inner
-                .endpoints
-                .lock()
-                .record(id, passed, probe.failure_threshold);
-            if changed {
-                tracing::debug!(%url, ready = passed, "endpoint readiness changed");
-                self.endpoints_changed();
-            }
-        }
-    }
-
-    async fn check_all(&self) -> bool {
-        self.inner.dirty.store(false, Ordering::SeqCst);
-        let snapshot: Vec<(ApiService, HttpClient, Result<Vec<String>, Availability>)> = {
-            let entries = self.inner.entries.read();
-            let mut endpoints = self.inner.endpoints.lock();
-            entries
-                .values()
-                .map(|e| {
-                    let targets = resolve(&e.spec, &mut endpoints);
-                    (e.spec.clone(), e.client.clone(), targets)
-                })
-                .collect()
-        };
-        let results =
-            futures::future::join_all(snapshot.iter().map(|(spec, client, targets)| async move {
-                match targets {
-                    Ok(urls) => self.check(spec, client, urls).await,
-                    Err(status) => (status.clone(), None),
-                }
-            }))
-            .await;
-        let mut all_passed = true;
-        {
-            let mut entries = self.inner.entries.write();
-            for ((spec, _, _), (status, discovered)) in snapshot.iter().zip(results) {
-                all_passed &= status.available && discovered.is_some();
-                if let Some(e) = entries.get_mut(&spec.name) {
-                    e.status = status;
-                    e.discovery_ok = discovered.is_some();
-                    if let Some(resources) = discovered {
-                        e.resources = resources;
-                    }
-                }
-            }
-        }
-        self.inner.changed.send_modify(|g| *g += 1);
-        all_passed
-    }
-
-    /// One availability check (5 parallel probes of `/apis/<g>/<v>`, spread over `backends`)
-    /// and one discovery fetch from a backend that passed.
-    ///
-    /// kube-aggregator resolves one random ready endpoint per check; spreading the attempts
-    /// over the ready endpoints instead means one bad endpoint cannot fail the check by
-    /// chance while another one is ready.
-    async fn check(
-        &self,
-        spec: &ApiService,
-        client: &HttpClient,
-        backends: &[String],
-    ) -> (Availability, Option<Vec<Value>>) {
-        let timeout = self.inner.config.probe_timeout;
-        let masters = ["system:masters"];
-        let urls: Vec<(&str, String)> = backends
-            .iter()
-            .cycle()
-            .take(PROBE_ATTEMPTS.max(backends.len()))
-            .map(|b| {
-                (
-                    b.as_str(),
-                    format!("{b}/apis/{}/{}", spec.group, spec.version),
-                )
-            })
-            .collect();
-        let attempts = urls
-            .iter()
-            .map(|(_, url)| get(client, url, "application/json", &masters, timeout));
-        let results = futures::future::join_all(attempts).await;
-        let mut last_error = String::new();
-        let mut passed: Option<&str> = None;
-        for ((backend, url), r) in urls.iter().zip(results) {
-            match r {
-                Ok((status, _, _)) if (200..400).contains(&status.as_u16()) => {
-                    passed = passed.or(Some(backend));
-                }
-                Ok((status, _, _)) => {
-                    last_error = format!(
-                        "failing or missing response from {url}: bad status from {url}: {}",
-                        status.as_u16()
-                    );
-                }
-                Err(e) => last_error = format!("failing or missing response from {url}: {e}"),
-            }
-        }
-        let status = if passed.is_some() {
-            Availability {
-                available: true,
-                reason: "Passed".to_owned(),
-                message: "all checks passed".to_owned(),
-            }
-        } else {
-            Availability {
-                available: false,
-                reason: "FailedDiscoveryCheck".to_owned(),
-                message: last_error,
-            }
-        };
-        let discovered = match passed {
-            Some(backend) => self.discover(spec, client, backend).await,
-            None => None,
-        };
-        (status, discovered)
-    }
-
-    /// The resources of one group version, from the backend's aggregated discovery (`/apis`,
-    /// v2) or, when it answers anything but v2 or 503, its legacy `/apis/<g>/<v>`.
-    async fn discover(
-        &self,
-        spec: &ApiService,
-        client: &HttpClient,
-        backend: &str,
-    ) -> Option<Vec<Value>> {
-        let timeout = self.inner.config.probe_timeout;
-        let url = format!("{backend}/apis");
-        let (status, headers, body) = get(
-            client,
-            &url,
-            discovery::V2_CONTENT_TYPE,
-            &["system:masters"],
-            timeout,
-        )
-        .await
-        .ok()?;
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            return None;
-        }
-        let v2 = headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(discovery::accepts_v2);
-        if status == StatusCode::OK && v2 {
-            let doc: Value = serde_json::from_slice(&body).ok()?;
-            let group = doc.get("items")?.as_array()?.iter().find(|g| {
-                g.pointer("/metadata/name").and_then(Value::as_str) == Some(spec.group.as_str())
-            })?;
-            let version = group.get("versions")?.as_array()?.iter().find(|v| {
-                v.get("version").and_then(Value::as_str) == Some(spec.version.as_str())
-            })?;
-            return Some(version.get("resources")?.as_array()?.clone());
-        }
-        let url = format!("{backend}/apis/{}/{}", spec.group, spec.version);
-        let (status, _, body) = get(client, &url, "application/json", &[], timeout)
-            .await
-            .ok()?;
-        if status != StatusCode::OK {
-            return None;
-        }
-        let list: Value = serde_json::from_slice(&body).ok()?;
-        Some(discovery::resources_from_list(&list))
-    }
-
     /// Forwards a request for `/apis/<group>/<version>[/...]` to its backend as `user`, or
     /// `None` when no APIService serves that group version.
     pub async fn proxy(
@@ -729,80 +493,5 @@ fn https_url(url: &str) -> Result<String, Error> {
         Ok(url.trim_end_matches('/').to_owned())
     } else {
         Err(Error::Url(url.to_owned()))
-    }
-}
-
-/// The backends an availability check probes: the fixed URL, or the ready endpoints of the
-/// Service (rotated, so checks spread over them); the failed condition when there is none
-/// (kube-aggregator's `EndpointsNotFound` and `MissingEndpoints`).
-fn resolve(spec: &ApiService, endpoints: &mut Endpoints) -> Result<Vec<String>, Availability> {
-    let url = match &spec.backend {
-        Backend::Url(url) => return Ok(vec![url.clone()]),
-        Backend::Endpoints => endpoints.ready_rotated(&spec.service),
-    };
-    if !url.is_empty() {
-        return Ok(url);
-    }
-    let (ns, name) = spec
-        .service
-        .split_once('/')
-        .unwrap_or(("", spec.service.as_str()));
-    Err(if endpoints.has_any(&spec.service) {
-        Availability {
-            available: false,
-            reason: "MissingEndpoints".to_owned(),
-            message: format!(
-                "endpointslices for service/{name} in \"{ns}\" have no addresses with port name \"https\""
-            ),
-        }
-    } else {
-        Availability {
-            available: false,
-            reason: "EndpointsNotFound".to_owned(),
-            message: format!("cannot find endpointslices for service/{name} in \"{ns}\""),
-        }
-    })
-}
-
-/// One GET as `system:kube-aggregator` with these groups; the body is read in full (bounded).
-async fn get(
-    client: &HttpClient,
-    url: &str,
-    accept: &str,
-    groups: &[&str],
-    timeout: Duration,
-) -> Result<(StatusCode, HeaderMap, Bytes), String> {
-    let mut builder = Request::get(url)
-        .header(http::header::ACCEPT, accept)
-        .header("X-Remote-User", "system:kube-aggregator");
-    for g in groups {
-        builder = builder.header(
-            "X-Remote-Group",
-            HeaderValue::from_str(g).map_err(|e| e.to_string())?,
-        );
-    }
-    let req = builder
-        .body(
-            Empty::<Bytes>::new()
-                .map_err(|never| match never {})
-                .boxed(),
-        )
-        .map_err(|e| e.to_string())?;
-    let fetch = async {
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|e| proxy::error_chain(&e))?;
-        let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, MAX_DISCOVERY_BYTES)
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((parts.status, parts.headers, body))
-    };
-    match tokio::time::timeout(timeout, fetch).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("timed out waiting for {url}")),
     }
 }
