@@ -39,6 +39,9 @@ struct Args {
     /// More server flags, e.g. --server-arg=--kubelet-source=summary.
     #[arg(long = "server-arg", value_name = "FLAG")]
     server_args: Vec<String>,
+    /// Server replicas behind the APIServices (requests are balanced over the ready ones).
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
 }
 
 #[tokio::main]
@@ -71,6 +74,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         seed: args.seed,
         resolution: Duration::from_secs(args.resolution),
         server_args: args.server_args,
+        replicas: args.replicas.max(1),
         ready_timeout: Duration::from_secs(args.resolution * 4 + 60),
         ..ClusterConfig::default()
     };
