@@ -1,38 +1,36 @@
 //! A whole simulated cluster in one process: the control plane (kube-apiserver and
 //! kube-aggregator on the wire) serving Nodes and Running Pods from the object server, one
 //! simulated kubelet per node serving a workload driven by the wall clock (its stats refreshed
-//! on a housekeeping interval, as cAdvisor does), and the server itself, started with
-//! [`apiserver::run::run_with`] against the control plane and registered as
-//! `v1beta1.metrics.k8s.io` and `v1.metrics.k8s.io`. Used by the `sandbox` binary, the
-//! conformance tests and the benches.
+//! on a housekeeping interval, as cAdvisor does), and the server itself: one or more
+//! replicas, each started with [`apiserver::run::run_with`] against the control plane, all
+//! endpoints of the Service behind `v1beta1.metrics.k8s.io` and `v1.metrics.k8s.io`. Used by
+//! the `sandbox` binary, the conformance tests and the benches.
 //!
 //! # Layout
-//! - this module: [`ClusterConfig`], [`Cluster`] (start, kubectl, mutations, shutdown).
+//! - this module: [`ClusterConfig`], [`Cluster`] (start, kubectl, mutations, rollout,
+//!   shutdown).
 //! - [`workload`]: the generated pods (objects and workload models), including
 //!   metrics-server's e2e workloads.
 //! - [`kubectl`]: the real kubectl binaries (v1.32 and v1.37).
+//! - `replica`: one replica of the server (listener, cert dir, task), waiting for replicas
+//!   and restarting them.
 
 pub mod kubectl;
+mod replica;
 pub mod workload;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use clap::Parser as _;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
 use parking_lot::Mutex;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use self::kubectl::{Kubectl, Output};
+use self::replica::Replica;
 pub use self::workload::PlacedPod;
-use crate::aggregator::{self, ApiService};
+use crate::aggregator::{self, ApiService, METRICS_SERVER_SERVICE, ReadinessProbe};
 use crate::controlplane::{self, ControlPlane, User};
 use crate::kubelet::{self, Content, Fault, SimKubelet, SimNode};
 use crate::objects::{Kind, Objects};
@@ -106,6 +104,12 @@ pub enum Error {
     /// A node of that name exists already.
     #[error("node {0:?} exists already")]
     NodeExists(String),
+    /// No replica of that index.
+    #[error("no replica {0}")]
+    NoSuchReplica(usize),
+    /// A replica's endpoint was removed while waiting for it to be ready.
+    #[error("the endpoint {0} was removed")]
+    EndpointGone(String),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
@@ -140,8 +144,13 @@ pub struct ClusterConfig {
     pub e2e_workloads: bool,
     /// More server flags (`--flag=value`), after the cluster's own.
     pub server_args: Vec<String>,
-    /// How long [`Cluster::start`] waits for the server to be Available and ready.
+    /// How long [`Cluster::start`] waits for the server to be Available and ready, and
+    /// [`Cluster::wait_replica_ready`] for a replica to be ready.
     pub ready_timeout: Duration,
+    /// Servers started, each an endpoint of the Service behind both APIServices.
+    pub replicas: usize,
+    /// The readiness probe of every replica (`GET /readyz`).
+    pub readiness: ReadinessProbe,
 }
 
 impl Default for ClusterConfig {
@@ -166,6 +175,8 @@ impl Default for ClusterConfig {
             e2e_workloads: true,
             server_args: Vec::new(),
             ready_timeout: Duration::from_secs(90),
+            replicas: 1,
+            readiness: ReadinessProbe::default(),
         }
     }
 }
@@ -193,8 +204,12 @@ pub struct Cluster {
     server_token: String,
     nodes: Mutex<BTreeMap<String, Node>>,
     rng: Mutex<workload::Rng>,
-    server: Mutex<Option<JoinHandle<Result<(), apiserver::run::Error>>>>,
-    server_addr: SocketAddr,
+    /// The server's flags (the program name first, no `--cert-dir`), the same for every
+    /// replica.
+    server_args: Vec<String>,
+    replicas: Mutex<Vec<Replica>>,
+    /// Restarts run one at a time.
+    restarting: tokio::sync::Mutex<()>,
     admin_kubeconfig: PathBuf,
     dir: tempfile::TempDir,
 }
@@ -203,7 +218,15 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
             .field("control_plane", &self.control_plane)
-            .field("server", &self.server_addr)
+            .field(
+                "replicas",
+                &self
+                    .replicas
+                    .lock()
+                    .iter()
+                    .map(|r| r.addr)
+                    .collect::<Vec<_>>(),
+            )
             .field("nodes", &self.nodes.lock().len())
             .finish_non_exhaustive()
     }
@@ -232,8 +255,9 @@ fn random_hex() -> String {
 }
 
 impl Cluster {
-    /// Starts everything and waits until both APIServices are Available and the server's
-    /// `/readyz` passes. Stops when `shutdown` is cancelled or on [`Cluster::stop`].
+    /// Starts everything and waits until every replica's endpoint is ready (its `/readyz`
+    /// passes) and both APIServices are Available. Stops when `shutdown` is cancelled or on
+    /// [`Cluster::stop`].
     pub async fn start(config: ClusterConfig, shutdown: CancellationToken) -> Result<Self, Error> {
         tls::provider::install_default();
         let stop = shutdown.child_token();
@@ -244,6 +268,7 @@ impl Cluster {
                 aggregator: aggregator::Config {
                     check_interval: Duration::from_secs(10),
                     retry_initial: Duration::from_millis(100),
+                    readiness: config.readiness.clone(),
                     ..aggregator::Config::default()
                 },
                 ..controlplane::Config::default()
@@ -287,8 +312,9 @@ impl Cluster {
             kubelet_ca,
             server_token,
             nodes: Mutex::new(BTreeMap::new()),
-            server: Mutex::new(None),
-            server_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            server_args: Vec::new(),
+            replicas: Mutex::new(Vec::new()),
+            restarting: tokio::sync::Mutex::new(()),
             admin_kubeconfig,
             dir,
         };
@@ -318,17 +344,10 @@ impl Cluster {
             cluster.add_node_with(&name, &labels, pods, fault).await?;
         }
 
-        // The server, against the control plane.
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(io("binding the server's listener"))?;
-        cluster.server_addr = listener
-            .local_addr()
-            .map_err(io("the server's listener address"))?;
+        // The server's replicas, against the control plane.
         let mut args = vec![
             "metrics-server".to_owned(),
             format!("--kubeconfig={}", server_kubeconfig.display()),
-            format!("--cert-dir={}", cluster.dir.path().join("certs").display()),
             format!(
                 "--metric-resolution={}s",
                 cluster.config.resolution.as_secs().max(1)
@@ -351,29 +370,30 @@ impl Cluster {
             args.push(format!("--node-selector={}", cluster.config.node_selector));
         }
         args.extend(cluster.config.server_args.iter().cloned());
-        let flags = apiserver::config::Config::try_parse_from(&args)
-            .map_err(|e| Error::Flags(e.to_string()))?;
-        let setup = apiserver::run::Setup {
-            listener: Some(listener),
-            ..apiserver::run::Setup::default()
-        };
-        let server_stop = cluster.stop.clone();
-        *cluster.server.lock() = Some(tokio::spawn(apiserver::run::run_with(
-            flags,
-            setup,
-            server_stop,
-        )));
+        cluster.server_args = args;
+        let aggregator = cluster.control_plane().aggregator().clone();
+        for index in 0..cluster.config.replicas.max(1) {
+            let replica = replica::start(
+                &cluster.server_args,
+                cluster.dir.path(),
+                index,
+                0,
+                &cluster.stop,
+            )
+            .await?;
+            let url = replica.url();
+            cluster.replicas.lock().push(replica);
+            aggregator.add_endpoint(METRICS_SERVER_SERVICE, &url)?;
+        }
 
-        // Registered as both versions; v1 preferred.
-        let url = format!("https://{}", cluster.server_addr);
-        let aggregator = cluster.control_plane().aggregator();
+        // Registered as both versions on the same Service; v1 preferred.
         aggregator.register(ApiService {
             version_priority: 100,
-            ..ApiService::new("metrics.k8s.io", "v1beta1", &url)
+            ..ApiService::for_service("metrics.k8s.io", "v1beta1", METRICS_SERVER_SERVICE)
         })?;
         aggregator.register(ApiService {
             version_priority: 200,
-            ..ApiService::new("metrics.k8s.io", "v1", &url)
+            ..ApiService::for_service("metrics.k8s.io", "v1", METRICS_SERVER_SERVICE)
         })?;
         cluster.wait_ready().await?;
         Ok(cluster)
@@ -382,53 +402,6 @@ impl Cluster {
     fn generic_pods(&self, node: &str, count: usize, now_ms: i64) -> Vec<PlacedPod> {
         let mut rng = self.rng.lock();
         workload::generic_pods(node, count, self.config.containers, &mut rng, now_ms)
-    }
-
-    /// Waits until both APIServices are Available and `/readyz` on the server answers 200.
-    pub async fn wait_ready(&self) -> Result<(), Error> {
-        let deadline = tokio::time::Instant::now() + self.config.ready_timeout;
-        let aggregator = self.control_plane().aggregator();
-        for name in ["v1beta1.metrics.k8s.io", "v1.metrics.k8s.io"] {
-            loop {
-                self.check_server()?;
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    return Err(Error::Timeout(format!("APIService {name} to be Available")));
-                }
-                if aggregator
-                    .wait_available(name, left.min(Duration::from_millis(500)))
-                    .await
-                {
-                    break;
-                }
-            }
-        }
-        loop {
-            self.check_server()?;
-            if let Ok((StatusCode::OK, _)) = self.server_get("/readyz", false).await {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Error::Timeout("the server's /readyz to pass".to_owned()));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// An error when the server task has ended.
-    fn check_server(&self) -> Result<(), Error> {
-        let mut server = self.server.lock();
-        if server.as_ref().is_some_and(JoinHandle::is_finished) {
-            let handle = server.take();
-            drop(server);
-            // The task has finished: polling it once yields its result.
-            let result = handle.and_then(futures::FutureExt::now_or_never);
-            return Err(match result {
-                Some(Ok(Err(e))) => Error::Server(Box::new(e)),
-                _ => Error::ServerEnded,
-            });
-        }
-        Ok(())
     }
 
     /// Starts a kubelet for `name`, adds the Node object and the pods.
@@ -619,11 +592,6 @@ impl Cluster {
         &self.admin_kubeconfig
     }
 
-    /// The server's own address (not through the aggregator).
-    pub fn server_addr(&self) -> SocketAddr {
-        self.server_addr
-    }
-
     /// Runs the real kubectl with `args` as the admin user, with an isolated home and
     /// discovery cache per release.
     pub async fn kubectl(&self, version: Kubectl, args: &[&str]) -> Result<Output, Error> {
@@ -639,47 +607,23 @@ impl Cluster {
         .await
     }
 
-    /// `GET path` on the server directly (as a kubelet probe or a Prometheus scraper would),
-    /// as the admin (bearer token) or anonymously; the status and the body.
-    pub async fn server_get(&self, path: &str, admin: bool) -> Result<(StatusCode, String), Error> {
-        let client = crate::https::client::<Empty<Bytes>>(&tls::client::Verify::Insecure, None)?;
-        let mut req = Request::get(format!("https://{}{path}", self.server_addr));
-        if admin {
-            req = req.header(
-                http::header::AUTHORIZATION,
-                format!("Bearer {}", self.control_plane().admin_token()),
-            );
-        }
-        let req = req
-            .body(Empty::new())
-            .map_err(|e| Error::Request(e.to_string()))?;
-        let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
-            .await
-            .map_err(|_| Error::Request("timed out".to_owned()))?
-            .map_err(|e| Error::Request(e.to_string()))?;
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Error::Request(e.to_string()))?
-            .to_bytes();
-        Ok((status, String::from_utf8_lossy(&body).into_owned()))
-    }
-
-    /// Stops the server, the kubelets and the control plane, and waits for each. An error
-    /// when the server had failed.
+    /// Stops the server's replicas, the kubelets and the control plane, and waits for each.
+    /// An error when a replica had failed.
     pub async fn stop(mut self) -> Result<(), Error> {
         self.stop.cancel();
-        let server = self.server.lock().take();
-        let result = match server {
-            Some(handle) => match handle.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(Error::Server(Box::new(e))),
-                Err(_) => Err(Error::ServerEnded),
-            },
-            None => Ok(()),
-        };
+        let tasks: Vec<replica::Task> = self
+            .replicas
+            .lock()
+            .iter_mut()
+            .filter_map(|r| r.task.take())
+            .collect();
+        let mut result = Ok(());
+        for task in tasks {
+            let outcome = replica::outcome(task.await);
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
         let nodes = std::mem::take(&mut *self.nodes.lock());
         for node in nodes.into_values() {
             node.kubelet.shutdown().await;

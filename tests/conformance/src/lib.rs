@@ -7,8 +7,9 @@
 //! - [`payload`]: renders `/metrics/resource` and `/stats/summary` bodies from a node model.
 //! - [`controlplane`]: a kube-apiserver on the wire (discovery, reviews, core API, health).
 //! - [`cluster`]: a whole cluster in one process (control plane, kubelets, workloads, the
-//!   server registered as an APIService) and the real kubectl.
-//! - [`aggregator`]: kube-aggregator: APIServices, availability, proxying with front-proxy auth.
+//!   server's replicas behind the APIServices, rolling restarts) and the real kubectl.
+//! - [`aggregator`]: kube-aggregator: APIServices, Service endpoints with readiness probes,
+//!   availability, proxying with front-proxy auth.
 //! - [`https`]: an HTTPS client for talking to these servers.
 
 pub mod aggregator;

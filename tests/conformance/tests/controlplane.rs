@@ -18,10 +18,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// A fake metrics server: answers discovery, echoes the identity headers and the client
-/// certificate's CN it saw, and fails every request while `failing` is set.
+/// certificate's CN it saw (its URL in `x-backend-url`), fails every request while `failing`
+/// is set and only `/readyz` while `not_ready` is.
 struct Backend {
     url: String,
     failing: Arc<AtomicBool>,
+    not_ready: Arc<AtomicBool>,
 }
 
 /// A TLS config for a self-signed `localhost` / 127.0.0.1 certificate (offering HTTP/2 when
@@ -41,17 +43,20 @@ async fn self_signed_listener(http2: bool) -> (rustls::ServerConfig, TcpListener
 async fn backend(shutdown: &CancellationToken) -> Backend {
     let (config, listener, url) = self_signed_listener(false).await;
     let failing = Arc::new(AtomicBool::new(false));
-    let fail = failing.clone();
+    let not_ready = Arc::new(AtomicBool::new(false));
+    let (fail, unready, own_url) = (failing.clone(), not_ready.clone(), url.clone());
     let handler: serve::Handler = Arc::new(
         move |req: Request<hyper::body::Incoming>, peer: serve::Peer| {
-            let fail = fail.clone();
+            let (fail, unready, own_url) = (fail.clone(), unready.clone(), own_url.clone());
             Box::pin(async move {
-                if fail.load(Ordering::SeqCst) {
+                let path = req.uri().path().to_owned();
+                if fail.load(Ordering::SeqCst)
+                    || (path == "/readyz" && unready.load(Ordering::SeqCst))
+                {
                     let mut r = Response::new(controlplane::full("down"));
                     *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
                     return r;
                 }
-                let path = req.uri().path().to_owned();
                 if path == "/apis" {
                     return controlplane::status_response(
                         StatusCode::NOT_FOUND,
@@ -91,6 +96,9 @@ async fn backend(shutdown: &CancellationToken) -> Backend {
                 let mut resp = controlplane::json_response(StatusCode::OK, &echo);
                 resp.headers_mut()
                     .insert("x-backend", http::HeaderValue::from_static("fake"));
+                if let Ok(v) = http::HeaderValue::from_str(&own_url) {
+                    resp.headers_mut().insert("x-backend-url", v);
+                }
                 resp
             })
         },
@@ -101,7 +109,11 @@ async fn backend(shutdown: &CancellationToken) -> Backend {
         handler,
         shutdown.clone(),
     ));
-    Backend { url, failing }
+    Backend {
+        url,
+        failing,
+        not_ready,
+    }
 }
 
 fn fast() -> aggregator::Config {
@@ -110,6 +122,7 @@ fn fast() -> aggregator::Config {
         retry_initial: Duration::from_millis(50),
         probe_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(10),
+        ..aggregator::Config::default()
     }
 }
 
@@ -394,6 +407,173 @@ async fn unreachable_backend_is_a_503_with_the_error() {
         "{}",
         a.message
     );
+    shutdown.cancel();
+}
+
+/// Polls the availability of `name` until `ok` holds, or panics after 10 s.
+async fn wait_availability(
+    cp: &ControlPlane,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&aggregator::Availability) -> bool,
+) -> aggregator::Availability {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = cp.aggregator().availability(name).unwrap();
+        if ok(&a) {
+            return a;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {a:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Which backends answered `n` proxied node lists, by URL (a 503 counts as `503`).
+async fn served_by(cp: &ControlPlane, n: usize) -> Vec<String> {
+    let mut by = Vec::new();
+    for _ in 0..n {
+        let (status, headers, _) = admin_get(cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
+        by.push(match headers.get("x-backend-url") {
+            Some(url) if status == StatusCode::OK => url.to_str().unwrap().to_owned(),
+            _ => status.as_u16().to_string(),
+        });
+    }
+    by
+}
+
+#[tokio::test]
+async fn a_service_balances_over_its_ready_endpoints() {
+    let shutdown = CancellationToken::new();
+    let cfg = controlplane::Config {
+        aggregator: aggregator::Config {
+            readiness: aggregator::ReadinessProbe {
+                period: Duration::from_millis(50),
+                failure_threshold: 2,
+                ..Default::default()
+            },
+            ..fast()
+        },
+        ..Default::default()
+    };
+    let cp = ControlPlane::start(cfg, shutdown.clone()).await.unwrap();
+    let agg = cp.aggregator();
+    let svc = aggregator::METRICS_SERVER_SERVICE;
+    let name = "v1beta1.metrics.k8s.io";
+    agg.register(ApiService::for_service("metrics.k8s.io", "v1beta1", svc))
+        .unwrap();
+    let a = wait_availability(&cp, name, "no endpoints", |a| {
+        a.reason == "EndpointsNotFound"
+    })
+    .await;
+    assert_eq!(
+        a.message,
+        "cannot find endpointslices for service/metrics-server in \"kube-system\""
+    );
+    assert_eq!(served_by(&cp, 1).await, ["503"]);
+
+    // Two pods; b's readiness probe fails, so only a gets traffic.
+    let (a, b) = (backend(&shutdown).await, backend(&shutdown).await);
+    b.not_ready.store(true, Ordering::SeqCst);
+    agg.add_endpoint(svc, &a.url).unwrap();
+    agg.add_endpoint(svc, &b.url).unwrap();
+    assert!(
+        agg.wait_endpoint_ready(svc, &a.url, Duration::from_secs(10))
+            .await
+    );
+    assert!(agg.wait_available(name, Duration::from_secs(10)).await);
+    assert_eq!(
+        agg.endpoints(svc),
+        [
+            aggregator::EndpointStatus {
+                url: a.url.clone(),
+                ready: true
+            },
+            aggregator::EndpointStatus {
+                url: b.url.clone(),
+                ready: false
+            },
+        ]
+    );
+    assert!(served_by(&cp, 6).await.iter().all(|u| *u == a.url));
+
+    // b passes its probe: requests go to both.
+    b.not_ready.store(false, Ordering::SeqCst);
+    assert!(
+        agg.wait_endpoint_ready(svc, &b.url, Duration::from_secs(10))
+            .await
+    );
+    let by = served_by(&cp, 10).await;
+    for url in [&a.url, &b.url] {
+        assert!(by.iter().filter(|u| *u == url).count() >= 3, "{by:?}");
+    }
+    assert!(by.iter().all(|u| *u == a.url || *u == b.url), "{by:?}");
+
+    // a is deleted: from this moment on no request reaches it (it still serves).
+    assert!(agg.remove_endpoint(svc, &a.url));
+    assert!(!agg.remove_endpoint(svc, &a.url));
+    assert!(served_by(&cp, 6).await.iter().all(|u| *u == b.url));
+
+    // b fails failureThreshold probes in a row: no ready endpoint, 503, MissingEndpoints.
+    b.not_ready.store(true, Ordering::SeqCst);
+    let a = wait_availability(&cp, name, "no ready endpoint", |a| {
+        a.reason == "MissingEndpoints"
+    })
+    .await;
+    assert_eq!(
+        a.message,
+        "endpointslices for service/metrics-server in \"kube-system\" have no addresses with port name \"https\""
+    );
+    let (status, _, body) = admin_get(&cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
+    assert_eq!(
+        (status, &body[..]),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            &b"service unavailable\n"[..]
+        )
+    );
+
+    // And back.
+    b.not_ready.store(false, Ordering::SeqCst);
+    assert!(agg.wait_available(name, Duration::from_secs(10)).await);
+    assert_eq!(served_by(&cp, 2).await, [b.url.clone(), b.url.clone()]);
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn availability_passes_while_one_endpoint_of_several_fails_discovery() {
+    let shutdown = CancellationToken::new();
+    let cp = control_plane(&shutdown).await;
+    let agg = cp.aggregator();
+    let svc = aggregator::METRICS_SERVER_SERVICE;
+    let name = "v1beta1.metrics.k8s.io";
+    agg.register(ApiService::for_service("metrics.k8s.io", "v1beta1", svc))
+        .unwrap();
+    let (a, b) = (backend(&shutdown).await, backend(&shutdown).await);
+    agg.add_endpoint(svc, &a.url).unwrap();
+    agg.add_endpoint(svc, &b.url).unwrap();
+    for url in [&a.url, &b.url] {
+        assert!(
+            agg.wait_endpoint_ready(svc, url, Duration::from_secs(10))
+                .await
+        );
+    }
+    assert!(agg.wait_available(name, Duration::from_secs(10)).await);
+    // a answers 500 to everything (its readiness too, but that takes three periods to
+    // count): every check in the meantime still finds b.
+    a.failing.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        agg.check_now();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let status = agg.availability(name).unwrap();
+        assert!(status.available, "{status:?}");
+    }
+    // Once a is not ready, traffic goes to b only.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while agg.endpoints(svc)[0].ready {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served_by(&cp, 4).await.iter().all(|u| *u == b.url));
     shutdown.cancel();
 }
 

@@ -206,6 +206,7 @@ async fn control_plane(shutdown: &CancellationToken) -> ControlPlane {
             retry_initial: Duration::from_millis(50),
             probe_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            ..aggregator::Config::default()
         },
         ..Default::default()
     };

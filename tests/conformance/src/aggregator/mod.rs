@@ -3,11 +3,20 @@
 //! the discovery it builds from them, and the proxy of `/apis/<group>/<version>/**`
 //! (aggregation-contract.md §1.2, §1.6, §2.4).
 //!
+//! An APIService's backend is either one fixed URL ([`ApiService::new`]: always tried, no
+//! readiness) or the endpoints of its Service ([`ApiService::for_service`]): backend pods
+//! added and removed at runtime, each probed for readiness as the kubelet does, one ready
+//! endpoint chosen per request as with `--enable-aggregator-routing`.
+//!
 //! # Layout
-//! - this module: [`Aggregator`], [`ApiService`], availability and discovery refresh.
+//! - this module: [`Aggregator`], [`ApiService`], registration, discovery and routing.
+//! - `available`: the availability controller and the discovery refresh.
+//! - [`endpoints`]: Service endpoints, their readiness probes and the choice per request.
 //! - [`proxy`]: forwarding one request with the caller's identity in `X-Remote-*` headers.
 //! - [`query`]: Go's query parsing and re-encoding.
 
+mod available;
+pub mod endpoints;
 pub mod proxy;
 pub mod query;
 
@@ -17,18 +26,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
-use http_body_util::{BodyExt, Empty, Limited};
+use http::{Request, StatusCode};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rustls_pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use self::endpoints::Endpoints;
+pub use self::endpoints::{EndpointStatus, ReadinessProbe};
 use crate::controlplane::discovery::{self, Group, Version};
 use crate::controlplane::{BoxError, User};
 
@@ -64,7 +74,17 @@ pub enum BackendTls {
     },
 }
 
-/// One APIService object (apiregistration.k8s.io/v1), resolved to a backend URL.
+/// Where an APIService's requests go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One fixed `https://host:port` (a Service's ClusterIP): always tried, no readiness.
+    Url(String),
+    /// The ready endpoints of [`ApiService::service`] (see [`Aggregator::add_endpoint`]):
+    /// each request goes to one of them, round robin.
+    Endpoints,
+}
+
+/// One APIService object (apiregistration.k8s.io/v1) and where its Service resolves.
 #[derive(Clone, Debug)]
 pub struct ApiService {
     /// `<version>.<group>`.
@@ -77,10 +97,11 @@ pub struct ApiService {
     pub group_priority_minimum: i32,
     /// `spec.versionPriority`.
     pub version_priority: i32,
-    /// `spec.service` as `namespace/name` (display only).
+    /// `spec.service` as `namespace/name`: the Service whose endpoints serve
+    /// [`Backend::Endpoints`].
     pub service: String,
-    /// `https://host:port` of the resolved endpoint.
-    pub backend_url: String,
+    /// Where requests go.
+    pub backend: Backend,
     /// How the backend is verified.
     pub tls: BackendTls,
 }
@@ -95,12 +116,24 @@ impl ApiService {
             version: version.to_owned(),
             group_priority_minimum: 100,
             version_priority: 100,
-            service: "kube-system/metrics-server".to_owned(),
-            backend_url: backend_url.trim_end_matches('/').to_owned(),
+            service: METRICS_SERVER_SERVICE.to_owned(),
+            backend: Backend::Url(backend_url.trim_end_matches('/').to_owned()),
             tls: BackendTls::InsecureSkipVerify,
         }
     }
+
+    /// [`ApiService::new`] served by the ready endpoints of `service` (`namespace/name`).
+    pub fn for_service(group: &str, version: &str, service: &str) -> Self {
+        ApiService {
+            service: service.to_owned(),
+            backend: Backend::Endpoints,
+            ..ApiService::new(group, version, "https://unused")
+        }
+    }
 }
+
+/// The Service of metrics-server's manifest.
+pub const METRICS_SERVER_SERVICE: &str = "kube-system/metrics-server";
 
 /// The `Available` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +157,8 @@ pub struct Config {
     pub probe_timeout: Duration,
     /// Time to response headers for other proxied requests (kube-apiserver's 60 s).
     pub request_timeout: Duration,
+    /// How Service endpoints are probed for readiness.
+    pub readiness: ReadinessProbe,
 }
 
 impl Default for Config {
@@ -133,6 +168,7 @@ impl Default for Config {
             retry_initial: Duration::from_millis(100),
             probe_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
+            readiness: ReadinessProbe::default(),
         }
     }
 }
@@ -153,7 +189,11 @@ struct Inner {
     wake: Notify,
     /// Set by [`Aggregator::check_now`], cleared when a round of checks starts.
     dirty: AtomicBool,
+    /// Bumped after every round of checks and every endpoint change.
     changed: watch::Sender<u64>,
+    endpoints: Mutex<Endpoints>,
+    /// Wakes the prober supervisor when endpoints were added.
+    probe_wake: Notify,
 }
 
 /// The APIService registry, availability controller and proxy. Cheap to clone.
@@ -168,9 +208,6 @@ impl std::fmt::Debug for Aggregator {
     }
 }
 
-const PROBE_ATTEMPTS: usize = 5;
-const MAX_DISCOVERY_BYTES: usize = 8 << 20;
-
 impl Aggregator {
     /// An aggregator that presents `front_proxy` (CN `front-proxy-client`) to backends.
     pub fn new(config: Config, front_proxy: tls::Identity) -> Self {
@@ -182,6 +219,8 @@ impl Aggregator {
                 wake: Notify::new(),
                 dirty: AtomicBool::new(false),
                 changed: watch::channel(0).0,
+                endpoints: Mutex::new(Endpoints::default()),
+                probe_wake: Notify::new(),
             }),
         }
     }
@@ -247,9 +286,66 @@ impl Aggregator {
         }
     }
 
+    /// Adds a backend pod at `url` (`https://host:port`) to the endpoints of `service`
+    /// (`namespace/name`), not ready until its readiness probe passes. Adding a URL that is
+    /// there already changes nothing.
+    pub fn add_endpoint(&self, service: &str, url: &str) -> Result<(), Error> {
+        let url = https_url(url)?;
+        if self.inner.endpoints.lock().add(service, &url) {
+            self.inner.probe_wake.notify_one();
+            self.endpoints_changed();
+        }
+        Ok(())
+    }
+
+    /// Removes an endpoint at once, as the endpoints controller does when a pod starts
+    /// terminating: no request is routed to it from now on. False when unknown.
+    pub fn remove_endpoint(&self, service: &str, url: &str) -> bool {
+        let removed = self
+            .inner
+            .endpoints
+            .lock()
+            .remove(service, url.trim_end_matches('/'));
+        if removed.is_some() {
+            self.endpoints_changed();
+        }
+        removed.is_some()
+    }
+
+    /// The endpoints of `service` and their readiness, in the order they were added.
+    pub fn endpoints(&self, service: &str) -> Vec<EndpointStatus> {
+        self.inner.endpoints.lock().list(service)
+    }
+
+    /// Waits until the endpoint `url` of `service` is ready (true), or `timeout` passes or it
+    /// is removed (false).
+    pub async fn wait_endpoint_ready(&self, service: &str, url: &str, timeout: Duration) -> bool {
+        let url = url.trim_end_matches('/');
+        let mut changed = self.inner.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.endpoints(service).iter().find(|e| e.url == url) {
+                Some(e) if e.ready => return true,
+                Some(_) => {}
+                None => return false,
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return false,
+            }
+        }
+    }
+
+    /// Endpoints changed (added, removed, readiness): the availability controller runs now,
+    /// as kube-aggregator's does on EndpointSlice events, and waiters look again.
+    fn endpoints_changed(&self) {
+        self.inner.changed.send_modify(|g| *g += 1);
+        self.check_now();
+    }
+
     fn client(&self, spec: &ApiService) -> Result<HttpClient, Error> {
-        if !spec.backend_url.starts_with("https://") {
-            return Err(Error::Url(spec.backend_url.clone()));
+        if let Backend::Url(url) = &spec.backend {
+            https_url(url)?;
         }
         let verify = match &spec.tls {
             BackendTls::InsecureSkipVerify => tls::client::Verify::Insecure,
@@ -343,154 +439,10 @@ impl Aggregator {
             .collect()
     }
 
-    /// Runs the availability controller until `shutdown`: checks every APIService, then
-    /// waits `check_interval` (or a doubling retry delay after a failure, or a wake-up).
+    /// Runs the availability controller and the endpoints' readiness probes until
+    /// `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut retry = self.inner.config.retry_initial;
-        loop {
-            let all_passed = tokio::select! {
-                () = shutdown.cancelled() => return,
-                passed = self.check_all() => passed,
-            };
-            let delay = if all_passed {
-                retry = self.inner.config.retry_initial;
-                self.inner.config.check_interval
-            } else {
-                let d = retry;
-                retry = (retry * 2).min(self.inner.config.check_interval);
-                d
-            };
-            let deadline = tokio::time::Instant::now() + delay;
-            while !self.inner.dirty.load(Ordering::SeqCst) {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep_until(deadline) => break,
-                    () = self.inner.wake.notified() => {}
-                }
-            }
-        }
-    }
-
-    async fn check_all(&self) -> bool {
-        self.inner.dirty.store(false, Ordering::SeqCst);
-        let snapshot: Vec<(ApiService, HttpClient)> = self
-            .inner
-            .entries
-            .read()
-            .values()
-            .map(|e| (e.spec.clone(), e.client.clone()))
-            .collect();
-        let results = futures::future::join_all(
-            snapshot
-                .iter()
-                .map(|(spec, client)| self.check(spec, client)),
-        )
-        .await;
-        let mut all_passed = true;
-        {
-            let mut entries = self.inner.entries.write();
-            for ((spec, _), (status, discovered)) in snapshot.iter().zip(results) {
-                all_passed &= status.available && discovered.is_some();
-                if let Some(e) = entries.get_mut(&spec.name) {
-                    e.status = status;
-                    e.discovery_ok = discovered.is_some();
-                    if let Some(resources) = discovered {
-                        e.resources = resources;
-                    }
-                }
-            }
-        }
-        self.inner.changed.send_modify(|g| *g += 1);
-        all_passed
-    }
-
-    /// One availability check (5 parallel probes of `/apis/<g>/<v>`) and one discovery fetch.
-    async fn check(
-        &self,
-        spec: &ApiService,
-        client: &HttpClient,
-    ) -> (Availability, Option<Vec<Value>>) {
-        let url = format!("{}/apis/{}/{}", spec.backend_url, spec.group, spec.version);
-        let timeout = self.inner.config.probe_timeout;
-        let masters = ["system:masters"];
-        let attempts =
-            (0..PROBE_ATTEMPTS).map(|_| get(client, &url, "application/json", &masters, timeout));
-        let results = futures::future::join_all(attempts).await;
-        let mut last_error = String::new();
-        let mut passed = false;
-        for r in results {
-            match r {
-                Ok((status, _, _)) if (200..400).contains(&status.as_u16()) => passed = true,
-                Ok((status, _, _)) => {
-                    last_error = format!(
-                        "failing or missing response from {url}: bad status from {url}: {}",
-                        status.as_u16()
-                    );
-                }
-                Err(e) => last_error = format!("failing or missing response from {url}: {e}"),
-            }
-        }
-        let status = if passed {
-            Availability {
-                available: true,
-                reason: "Passed".to_owned(),
-                message: "all checks passed".to_owned(),
-            }
-        } else {
-            Availability {
-                available: false,
-                reason: "FailedDiscoveryCheck".to_owned(),
-                message: last_error,
-            }
-        };
-        let discovered = if passed {
-            self.discover(spec, client).await
-        } else {
-            None
-        };
-        (status, discovered)
-    }
-
-    /// The resources of one group version, from the backend's aggregated discovery (`/apis`,
-    /// v2) or, when it answers anything but v2 or 503, its legacy `/apis/<g>/<v>`.
-    async fn discover(&self, spec: &ApiService, client: &HttpClient) -> Option<Vec<Value>> {
-        let timeout = self.inner.config.probe_timeout;
-        let url = format!("{}/apis", spec.backend_url);
-        let (status, headers, body) = get(
-            client,
-            &url,
-            discovery::V2_CONTENT_TYPE,
-            &["system:masters"],
-            timeout,
-        )
-        .await
-        .ok()?;
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            return None;
-        }
-        let v2 = headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(discovery::accepts_v2);
-        if status == StatusCode::OK && v2 {
-            let doc: Value = serde_json::from_slice(&body).ok()?;
-            let group = doc.get("items")?.as_array()?.iter().find(|g| {
-                g.pointer("/metadata/name").and_then(Value::as_str) == Some(spec.group.as_str())
-            })?;
-            let version = group.get("versions")?.as_array()?.iter().find(|v| {
-                v.get("version").and_then(Value::as_str) == Some(spec.version.as_str())
-            })?;
-            return Some(version.get("resources")?.as_array()?.clone());
-        }
-        let url = format!("{}/apis/{}/{}", spec.backend_url, spec.group, spec.version);
-        let (status, _, body) = get(client, &url, "application/json", &[], timeout)
-            .await
-            .ok()?;
-        if status != StatusCode::OK {
-            return None;
-        }
-        let list: Value = serde_json::from_slice(&body).ok()?;
-        Some(discovery::resources_from_list(&list))
+        tokio::join!(self.run_checks(&shutdown), self.run_probes(&shutdown));
     }
 
     /// Forwards a request for `/apis/<group>/<version>[/...]` to its backend as `user`, or
@@ -512,18 +464,20 @@ impl Aggregator {
             let e = entries
                 .values()
                 .find(|e| e.spec.group == group && e.spec.version == version)?;
-            (
-                e.spec.backend_url.clone(),
-                e.client.clone(),
-                e.status.available,
-            )
+            let url = match &e.spec.backend {
+                Backend::Url(url) => Some(url.clone()),
+                Backend::Endpoints => self.inner.endpoints.lock().pick(&e.spec.service),
+            };
+            (url, e.client.clone(), e.status.available)
         };
-        if !available {
+        // Unavailable, or no ready endpoint to resolve to (kube-aggregator's
+        // `ResolveEndpoint` error): the same 503.
+        let Some(url) = url.filter(|_| available) else {
             return Some(proxy::text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "service unavailable",
             ));
-        }
+        };
         let timeout = if discovery_path {
             proxy::Timeout::Discovery(self.inner.config.probe_timeout)
         } else {
@@ -533,45 +487,11 @@ impl Aggregator {
     }
 }
 
-/// One GET as `system:kube-aggregator` with these groups; the body is read in full (bounded).
-async fn get(
-    client: &HttpClient,
-    url: &str,
-    accept: &str,
-    groups: &[&str],
-    timeout: Duration,
-) -> Result<(StatusCode, HeaderMap, Bytes), String> {
-    let mut builder = Request::get(url)
-        .header(http::header::ACCEPT, accept)
-        .header("X-Remote-User", "system:kube-aggregator");
-    for g in groups {
-        builder = builder.header(
-            "X-Remote-Group",
-            HeaderValue::from_str(g).map_err(|e| e.to_string())?,
-        );
-    }
-    let req = builder
-        .body(
-            Empty::<Bytes>::new()
-                .map_err(|never| match never {})
-                .boxed(),
-        )
-        .map_err(|e| e.to_string())?;
-    let fetch = async {
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|e| proxy::error_chain(&e))?;
-        let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, MAX_DISCOVERY_BYTES)
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((parts.status, parts.headers, body))
-    };
-    match tokio::time::timeout(timeout, fetch).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("timed out waiting for {url}")),
+/// `url` without a trailing slash when it is `https://...`.
+fn https_url(url: &str) -> Result<String, Error> {
+    if url.starts_with("https://") {
+        Ok(url.trim_end_matches('/').to_owned())
+    } else {
+        Err(Error::Url(url.to_owned()))
     }
 }

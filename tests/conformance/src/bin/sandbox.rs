@@ -43,6 +43,9 @@ struct Args {
     /// More server flags, e.g. --server-arg=--kubelet-source=summary.
     #[arg(long = "server-arg", value_name = "FLAG")]
     server_args: Vec<String>,
+    /// Server replicas behind the APIServices (requests are balanced over the ready ones).
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
 }
 
 #[tokio::main]
@@ -76,6 +79,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         resolution: Duration::from_secs(args.resolution),
         housekeeping: Duration::from_secs(args.housekeeping),
         server_args: args.server_args,
+        replicas: args.replicas.max(1),
         ready_timeout: Duration::from_secs(args.resolution * 4 + 60),
         ..ClusterConfig::default()
     };
