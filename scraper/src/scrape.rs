@@ -5,9 +5,9 @@
 //!   every node together, spread over at most [`FIRST_ROUND_SPREAD`] and bounded by the
 //!   in-flight limit; then the node again as soon as a rate can be computed, that is when
 //!   the kubelet's sample timestamps have moved on (see [`warmup`]). A node leaves warm-up
-//!   when nothing it reported waits for a second point, when a scrape fails, or after about
-//!   one period. With `usageNanoCores` (`--kubelet-source=summary`) the first scrape is
-//!   enough.
+//!   when nothing it reported waits for a second point, when a scrape fails, or after
+//!   [`warmup::limit`] (a period plus a housekeeping interval). With `usageNanoCores`
+//!   (`--kubelet-source=summary`) the first scrape is enough.
 //! - **Steady**: every `--metric-resolution` period, one request per node, spread evenly
 //!   over the period, each bounded by a deadline that counts any queueing.
 //!
@@ -359,9 +359,16 @@ struct Tracked {
     warming: Option<(Instant, u32)>,
     /// Counted in the first round until its warm-up ends.
     first_round: bool,
-    /// The scheduled scrape: its heap sequence number and the period it belongs to.
-    next: Option<(u64, Option<Arc<Period>>)>,
+    /// The scheduled scrape.
+    next: Option<Next>,
     task: Option<AbortHandle>,
+}
+
+/// A node's scheduled scrape: its heap sequence number, when, and the period it belongs to.
+struct Next {
+    seq: u64,
+    at: Instant,
+    period: Option<Arc<Period>>,
 }
 
 /// How the first round ended, for its log line.
@@ -380,8 +387,8 @@ enum WarmupEnd {
     Warm,
     /// A scrape failed: it is retried on the steady schedule.
     Failed,
-    /// About a period passed with series still waiting (a kubelet slower than the period,
-    /// or data that never yields a rate): the steady schedule takes it over.
+    /// [`warmup::limit`] passed with series still waiting (a kubelet that does not
+    /// refresh, or data that never yields a rate): the steady schedule takes it over.
     GaveUp,
     /// It left the inventory or the node selector.
     Gone,
@@ -448,30 +455,32 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         }
     }
 
-    /// A period: steady nodes spread evenly over it; warm-ups that have lasted about a
-    /// period end and join it; nodes the inventory no longer has are forgotten.
+    /// A period: every node gets its slot, spread evenly over it. A warming node keeps its
+    /// warm-up attempt instead when that comes first; a warm-up past [`warmup::limit`] ends
+    /// here. Nodes the inventory no longer has are forgotten.
     fn tick(&mut self, now: Instant) {
         self.record_tick(now);
         let nodes = self.sync(now);
         let resolution = self.shared.resolution;
-        let spread = FIRST_ROUND_SPREAD.min(resolution);
-        let mut steady = Vec::with_capacity(nodes.len());
-        for record in nodes {
+        let limit = warmup::limit(resolution);
+        let mut slots = Vec::with_capacity(nodes.len());
+        for (at, record) in spaced(now, resolution, nodes) {
             let Some(tracked) = self.nodes.get_mut(&record.name) else {
                 continue;
             };
             tracked.record = record.clone();
             if let Some((since, _)) = tracked.warming {
-                if now.saturating_duration_since(since) + spread < resolution {
+                if now.saturating_duration_since(since) >= limit {
+                    self.end_warmup(&record.name, WarmupEnd::GaveUp, now);
+                } else if tracked.next.as_ref().is_some_and(|next| next.at <= at) {
                     continue;
                 }
-                self.end_warmup(&record.name, WarmupEnd::GaveUp, now);
             }
-            steady.push(record);
+            slots.push((at, record.name.clone()));
         }
-        let period = Period::new(&self.shared, now, steady.len());
-        for (at, record) in spaced(now, resolution, steady) {
-            self.schedule(&record.name, at, Some(period.clone()));
+        let period = Period::new(&self.shared, now, slots.len());
+        for (at, name) in slots {
+            self.schedule(&name, at, Some(period.clone()));
         }
     }
 
@@ -522,7 +531,16 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             return;
         };
         self.seq += 1;
-        if let Some((_, Some(replaced))) = tracked.next.replace((self.seq, period)) {
+        let next = Next {
+            seq: self.seq,
+            at,
+            period,
+        };
+        if let Some(Next {
+            period: Some(replaced),
+            ..
+        }) = tracked.next.replace(next)
+        {
             replaced.finish_one(&self.shared);
         }
         self.due.push(Reverse((at, self.seq, name.clone())));
@@ -544,10 +562,10 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             let Some(tracked) = self.nodes.get_mut(&name) else {
                 continue;
             };
-            if tracked.next.as_ref().is_none_or(|(s, _)| *s != seq) {
+            if tracked.next.as_ref().is_none_or(|next| next.seq != seq) {
                 continue;
             }
-            let period = tracked.next.take().and_then(|(_, period)| period);
+            let period = tracked.next.take().and_then(|next| next.period);
             let kind = if tracked.warming.is_some() {
                 node::Kind::Warmup
             } else {
@@ -595,6 +613,11 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             Some(ingested) => {
                 let refresh = warmup::expected_refresh_ns(ingested.pending_newest_ns);
                 let at = warmup::next_attempt(attempts, self.shared.clock.instant(refresh), now);
+                if at.saturating_duration_since(since) >= warmup::limit(self.shared.resolution) {
+                    // The next tick puts it on the steady schedule.
+                    self.end_warmup(&outcome.node, WarmupEnd::GaveUp, now);
+                    return;
+                }
                 tracing::trace!(node = %outcome.node, pending = ingested.pending, attempts,
                     since_ms = now.saturating_duration_since(since).as_millis() as u64,
                     "warming up: series wait for a newer sample");
@@ -646,7 +669,11 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         if let Some(task) = tracked.task {
             task.abort();
         }
-        if let Some((_, Some(period))) = tracked.next {
+        if let Some(Next {
+            period: Some(period),
+            ..
+        }) = tracked.next
+        {
             period.finish_one(&self.shared);
         }
         self.shared.store.remove_node(name.as_str());

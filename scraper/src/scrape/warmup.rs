@@ -31,6 +31,13 @@ pub(super) const HOUSEKEEPING: Duration = Duration::from_secs(10);
 /// How long after an expected refresh the kubelet is asked, for the refresh itself to finish.
 pub(super) const REFRESH_MARGIN: Duration = Duration::from_millis(500);
 
+/// How long a warm-up may last: one period plus one housekeeping interval (and the first
+/// round's spread), so a kubelet whose housekeeping is as long as the period still completes
+/// its pairs, and one that never refreshes is left to the steady schedule.
+pub(super) fn limit(resolution: Duration) -> Duration {
+    resolution + HOUSEKEEPING + REFRESH_MARGIN + FIRST_ROUND_SPREAD
+}
+
 /// The least wait before warm-up attempt `attempts + 1`, after `attempts` scrapes: 0.5 s,
 /// 1 s, 2 s, then 4 s.
 pub(super) fn backoff(attempts: u32) -> Duration {

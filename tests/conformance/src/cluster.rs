@@ -134,6 +134,10 @@ pub struct ClusterConfig {
     /// How often every kubelet refreshes its stats (cAdvisor `--housekeeping_interval`, see
     /// [`SimNode::housekeeping`]); zero renders them at each request.
     pub housekeeping: Duration,
+    /// Let a few generic pods' containers crash and restart now and then (about one pod in
+    /// 17, every 10 minutes). A restart hides its pod for a cycle, as metrics-server does;
+    /// a test that asserts every pod is always served turns it off.
+    pub container_restarts: bool,
     /// Start these nodes' kubelets in a fault mode.
     pub faults: Vec<(String, Fault)>,
     /// Extra labels on these nodes.
@@ -166,6 +170,7 @@ impl Default for ClusterConfig {
             seed: 1,
             resolution: Duration::from_secs(10),
             housekeeping: kubelet::DEFAULT_HOUSEKEEPING,
+            container_restarts: true,
             faults: Vec::new(),
             node_labels: vec![(
                 ClusterConfig::node_name(2),
@@ -401,7 +406,14 @@ impl Cluster {
 
     fn generic_pods(&self, node: &str, count: usize, now_ms: i64) -> Vec<PlacedPod> {
         let mut rng = self.rng.lock();
-        workload::generic_pods(node, count, self.config.containers, &mut rng, now_ms)
+        let mut pods =
+            workload::generic_pods(node, count, self.config.containers, &mut rng, now_ms);
+        if !self.config.container_restarts {
+            for container in pods.iter_mut().flat_map(|p| p.sim.containers.iter_mut()) {
+                container.restart_every = None;
+            }
+        }
+        pods
     }
 
     /// Starts a kubelet for `name`, adds the Node object and the pods.
