@@ -138,6 +138,9 @@ pub struct ClusterConfig {
     /// 17, every 10 minutes). A restart hides its pod for a cycle, as metrics-server does;
     /// a test that asserts every pod is always served turns it off.
     pub container_restarts: bool,
+    /// These nodes have swap on (kubelet NodeSwap): their kubelets report swap for the node
+    /// and every container, and the first container of every third pod uses some.
+    pub swap_nodes: Vec<String>,
     /// Start these nodes' kubelets in a fault mode.
     pub faults: Vec<(String, Fault)>,
     /// Extra labels on these nodes.
@@ -171,6 +174,7 @@ impl Default for ClusterConfig {
             resolution: Duration::from_secs(10),
             housekeeping: kubelet::DEFAULT_HOUSEKEEPING,
             container_restarts: true,
+            swap_nodes: Vec::new(),
             faults: Vec::new(),
             node_labels: vec![(
                 ClusterConfig::node_name(2),
@@ -236,6 +240,10 @@ impl std::fmt::Debug for Cluster {
             .finish_non_exhaustive()
     }
 }
+
+/// The swap space of a node with swap on, bytes (what its Node reports in
+/// `status.nodeInfo.swap.capacity`).
+pub const SWAP_CAPACITY: u64 = 1 << 30;
 
 /// Unix ms of the wall clock: the simulated workloads are driven by real time.
 pub fn wall_ms() -> i64 {
@@ -427,14 +435,28 @@ impl Cluster {
         if self.nodes.lock().contains_key(name) {
             return Err(Error::NodeExists(name.to_owned()));
         }
-        let model = SimNode {
+        let mut model = SimNode {
             name: name.to_owned(),
             boot_ms: wall_ms() - 86_400_000,
             system_cpu_cores: 0.15,
             system_memory_bytes: 900 << 20,
             pods: pods.iter().map(|p| p.sim.clone()).collect(),
             housekeeping: self.config.housekeeping,
+            system_swap_bytes: None,
         };
+        if self.config.swap_nodes.iter().any(|n| n == name) {
+            model.system_swap_bytes = Some(96 << 20);
+            for (i, pod) in model
+                .pods
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| i % 3 == 0)
+            {
+                if let Some(c) = pod.containers.first_mut() {
+                    c.swap_bytes = (16 + (i as u64 * 7) % 48) << 20;
+                }
+            }
+        }
         let options = kubelet::Options {
             bearer_token: Some(self.server_token.clone()),
             content: live(&model),
@@ -453,6 +475,14 @@ impl Cluster {
             &[("InternalIP", "127.0.0.1"), ("Hostname", name)],
             port,
         );
+        if model.system_swap_bytes.is_some()
+            && let Some(mut node) = self.objects.get(Kind::Node, "", name)
+        {
+            // NodeSwapStatus (kubelet 1.30+), what `kubectl top node --show-swap` divides by.
+            node["status"]["nodeInfo"]["swap"] = serde_json::json!({ "capacity": SWAP_CAPACITY });
+            // A node built by `add_node` always carries its name.
+            let _ = self.objects.put(Kind::Node, node);
+        }
         for pod in pods {
             // Built pods always carry a name and a namespace.
             let _ = self.objects.put(Kind::Pod, pod.object);

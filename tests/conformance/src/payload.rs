@@ -32,6 +32,9 @@ pub struct NodeStats {
     /// The kubelet's own CPU rate for the node (summary `usageNanoCores`); omitted when `None`,
     /// as on a kubelet's first observation.
     pub cpu_nanocores: Option<u64>,
+    /// Swap in use, bytes (`node_swap_usage_bytes`, summary `swap`); omitted when `None`
+    /// (swap off, or a kubelet older than 1.30).
+    pub swap_bytes: Option<u64>,
 }
 
 /// One pod's stats.
@@ -65,11 +68,15 @@ pub struct ContainerStats {
     pub terminated: bool,
     /// The kubelet's own CPU rate (summary `usageNanoCores`); omitted when `None`.
     pub cpu_nanocores: Option<u64>,
+    /// Swap in use, bytes (`container_swap_usage_bytes`, summary `swap`); omitted when
+    /// `None`.
+    pub swap_bytes: Option<u64>,
 }
 
 const CONTAINER_CPU: &str = "container_cpu_usage_seconds_total";
 const CONTAINER_MEMORY: &str = "container_memory_working_set_bytes";
 const CONTAINER_START: &str = "container_start_time_seconds";
+const CONTAINER_SWAP: &str = "container_swap_usage_bytes";
 
 /// Renders a `/metrics/resource` body (kubelet >= 1.29 shape, with HELP/TYPE and
 /// `container_start_time_seconds` carrying the start time as its own timestamp).
@@ -142,6 +149,21 @@ pub fn render_resource(node: &NodeStats) -> String {
         container_labels(&mut out, p, c);
         sample(&mut out, c.start_time_s, (c.start_time_s * 1000.0) as i64);
     }
+    // Kubelet 1.30+ on a node with swap: one more gauge per container, node and pod.
+    if containers.iter().any(|(_, c)| c.swap_bytes.is_some()) {
+        alpha_header(
+            &mut out,
+            CONTAINER_SWAP,
+            "Current amount of the container swap usage in bytes. Reported only on non-windows systems",
+        );
+        for (p, c) in &containers {
+            if let Some(swap) = c.swap_bytes {
+                out.push_str(CONTAINER_SWAP);
+                container_labels(&mut out, p, c);
+                sample(&mut out, swap as f64, c.timestamp_ms);
+            }
+        }
+    }
     header(
         &mut out,
         "node_cpu_usage_seconds_total",
@@ -162,6 +184,15 @@ pub fn render_resource(node: &NodeStats) -> String {
         node.memory_working_set_bytes as f64,
         node.timestamp_ms,
     );
+    if let Some(swap) = node.swap_bytes {
+        alpha_header(
+            &mut out,
+            "node_swap_usage_bytes",
+            "Current swap usage of the node in bytes. Reported only on non-windows systems",
+        );
+        out.push_str("node_swap_usage_bytes ");
+        sample(&mut out, swap as f64, node.timestamp_ms);
+    }
     header(
         &mut out,
         "pod_cpu_usage_seconds_total",
@@ -188,6 +219,24 @@ pub fn render_resource(node: &NodeStats) -> String {
         let memory: u64 = running().map(|c| c.memory_working_set_bytes).sum();
         sample(&mut out, memory as f64, pod_timestamp_ms(p));
     }
+    let pod_swap = |p: &PodStats| {
+        let running = p.containers.iter().filter(|c| !c.terminated);
+        running.map(|c| c.swap_bytes).sum::<Option<u64>>()
+    };
+    if pods.iter().any(|p| pod_swap(p).is_some()) {
+        alpha_header(
+            &mut out,
+            "pod_swap_usage_bytes",
+            "Current amount of the pod swap usage in bytes. Reported only on non-windows systems",
+        );
+        for p in &pods {
+            if let Some(swap) = pod_swap(p) {
+                out.push_str("pod_swap_usage_bytes");
+                pod_labels(&mut out, p);
+                sample(&mut out, swap as f64, pod_timestamp_ms(p));
+            }
+        }
+    }
     header(
         &mut out,
         "resource_scrape_error",
@@ -210,6 +259,11 @@ fn pod_timestamp_ms(p: &PodStats) -> i64 {
 
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {name} [STABLE] {help}\n# TYPE {name} {kind}");
+}
+
+/// The HELP/TYPE lines of an `[ALPHA]` gauge (the swap families).
+fn alpha_header(out: &mut String, name: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} [ALPHA] {help}\n# TYPE {name} gauge");
 }
 
 fn sample(out: &mut String, value: f64, timestamp_ms: i64) {
@@ -309,7 +363,14 @@ pub fn render_summary(node: &NodeStats) -> String {
                 usage_nano_cores: node.cpu_nanocores,
                 usage_core_nano_seconds: seconds_to_ns(node.cpu_seconds_total),
             },
-            memory: Memory::running(node_time, node_memory, Some(node_memory.saturating_mul(4))),
+            memory: Memory::running(
+                node_time.clone(),
+                node_memory,
+                Some(node_memory.saturating_mul(4)),
+            ),
+            swap: node
+                .swap_bytes
+                .map(|used| Swap::new(node_time, used, Some(1 << 30))),
         },
         pods: node.pods.iter().map(pod).collect(),
     };
@@ -336,6 +397,7 @@ fn pod(p: &PodStats) -> Pod<'_> {
     let memory: u64 = running.iter().map(|c| c.memory_working_set_bytes).sum();
     let cpu: f64 = running.iter().map(|c| c.cpu_seconds_total).sum();
     let nanocores = running.iter().map(|c| c.cpu_nanocores).sum::<Option<u64>>();
+    let swap = running.iter().map(|c| c.swap_bytes).sum::<Option<u64>>();
     Pod {
         pod_ref: PodRef {
             name: &p.name,
@@ -349,7 +411,8 @@ fn pod(p: &PodStats) -> Pod<'_> {
             usage_nano_cores: nanocores,
             usage_core_nano_seconds: seconds_to_ns(cpu),
         },
-        memory: Memory::running(time, memory, None),
+        memory: Memory::running(time.clone(), memory, None),
+        swap: swap.map(|used| Swap::new(time, used, None)),
     }
 }
 
@@ -369,6 +432,7 @@ fn container(c: &ContainerStats) -> Container<'_> {
                 working_set_bytes: 0,
                 ..Memory::default()
             },
+            swap: None,
         };
     }
     Container {
@@ -379,7 +443,8 @@ fn container(c: &ContainerStats) -> Container<'_> {
             usage_nano_cores: c.cpu_nanocores,
             usage_core_nano_seconds: seconds_to_ns(c.cpu_seconds_total),
         },
-        memory: Memory::running(time, c.memory_working_set_bytes, None),
+        memory: Memory::running(time.clone(), c.memory_working_set_bytes, None),
+        swap: c.swap_bytes.map(|used| Swap::new(time, used, Some(0))),
     }
 }
 
@@ -402,6 +467,8 @@ struct Node<'a> {
     start_time: String,
     cpu: Cpu,
     memory: Memory,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swap: Option<Swap>,
 }
 
 #[derive(Serialize)]
@@ -421,6 +488,8 @@ struct Pod<'a> {
     containers: Vec<Container<'a>>,
     cpu: Cpu,
     memory: Memory,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swap: Option<Swap>,
 }
 
 #[derive(Serialize)]
@@ -437,6 +506,29 @@ struct Container<'a> {
     start_time: String,
     cpu: Cpu,
     memory: Memory,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swap: Option<Swap>,
+}
+
+/// `SwapStats` (kubelet 1.30+): `swapAvailableBytes` is omitted where the kubelet has no
+/// limit to report.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Swap {
+    time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swap_available_bytes: Option<u64>,
+    swap_usage_bytes: u64,
+}
+
+impl Swap {
+    fn new(time: String, used: u64, capacity: Option<u64>) -> Self {
+        Swap {
+            time,
+            swap_available_bytes: capacity.map(|c| c.saturating_sub(used)),
+            swap_usage_bytes: used,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -531,6 +623,7 @@ pub fn generated_node(pods: usize, containers_per_pod: usize) -> NodeStats {
                         memory_working_set_bytes: memory,
                         terminated: false,
                         cpu_nanocores: Some(next() % 900_000_000),
+                        swap_bytes: None,
                     }
                 })
                 .collect();
@@ -550,6 +643,7 @@ pub fn generated_node(pods: usize, containers_per_pod: usize) -> NodeStats {
         pods,
         start_time_s: (NOW_MS / 1000 - 7 * 86_400) as f64,
         cpu_nanocores: Some(1_250_000_000),
+        swap_bytes: None,
     }
 }
 

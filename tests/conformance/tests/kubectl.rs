@@ -196,6 +196,84 @@ fn assert_close(what: &str, got: f64, want: f64, tolerance: f64) {
     );
 }
 
+/// kubectl 1.37's `top node --show-swap` and `top pod --show-swap` read `usage.swap`, which is
+/// served only where the kubelet reported swap: node-001 has swap on, node-000 not.
+async fn show_swap(c: &Cluster) {
+    let (with, without) = (ClusterConfig::node_name(1), ClusterConfig::node_name(0));
+    let k = Kubectl::V1_37;
+    let nodes = raw(c, k, "/apis/metrics.k8s.io/v1/nodes").await.unwrap();
+    let usage = |name: &str| {
+        let items = nodes["items"].as_array().unwrap();
+        let node = items
+            .iter()
+            .find(|n| n["metadata"]["name"] == name)
+            .unwrap();
+        node["usage"].clone()
+    };
+    let swap = quantity(
+        usage(&with)["swap"]
+            .as_str()
+            .expect("node-001 reports swap"),
+    );
+    assert!(swap > 0.0, "{}", usage(&with));
+    assert!(usage(&without).get("swap").is_none(), "{}", usage(&without));
+
+    let header = [
+        "NAME",
+        "CPU(cores)",
+        "CPU(%)",
+        "MEMORY(bytes)",
+        "MEMORY(%)",
+        "SWAP(bytes)",
+        "SWAP(%)",
+    ];
+    let out = kubectl(c, k, &["top", "node", "--show-swap"])
+        .await
+        .unwrap();
+    let table = rows(&out, &header).unwrap();
+    let row = |name: &str| table.iter().find(|r| r[0] == name).unwrap();
+    assert_close("node-001 swap", quantity(&row(&with)[5]), swap, MIB);
+    let pct: f64 = row(&with)[6].trim_end_matches('%').parse().unwrap();
+    let capacity = conformance::cluster::SWAP_CAPACITY as f64;
+    assert_close("node-001 swap%", pct, 100.0 * swap / capacity, 1.0);
+    assert_eq!(row(&without)[5..], ["<unknown>", "<unknown>"], "{out}");
+
+    // Pods: the sum of their containers' swap, as the API serves it.
+    let pods = raw(c, k, "/apis/metrics.k8s.io/v1/pods").await.unwrap();
+    let out = kubectl(c, k, &["top", "pod", "-A", "--show-swap"])
+        .await
+        .unwrap();
+    let header = [
+        "NAMESPACE",
+        "NAME",
+        "CPU(cores)",
+        "MEMORY(bytes)",
+        "SWAP(bytes)",
+    ];
+    let table = rows(&out, &header).unwrap();
+    let mut swapping = 0;
+    for pod in pods["items"].as_array().unwrap() {
+        let (ns, name) = (&pod["metadata"]["namespace"], &pod["metadata"]["name"]);
+        let containers = pod["containers"].as_array().unwrap();
+        let served: f64 = containers
+            .iter()
+            .filter_map(|c| c["usage"]["swap"].as_str())
+            .map(quantity)
+            .sum();
+        swapping += usize::from(served > 0.0);
+        let row = table.iter().find(|r| r[0] == *ns && r[1] == *name).unwrap();
+        assert_close(&format!("{ns}/{name} swap"), quantity(&row[4]), served, MIB);
+    }
+    assert!(
+        swapping > 0,
+        "some pods on node-001 use swap:
+{out}"
+    );
+    // Without the flag, the columns of every other kubectl.
+    let out = kubectl(c, k, &["top", "pod", "-A"]).await.unwrap();
+    rows(&out, &header[..4]).unwrap();
+}
+
 /// Node and pod metrics through `kubectl top`, `kubectl get --raw` on every path of both
 /// versions, and `kubectl get` Tables, for kubectl 1.32 and 1.37.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,10 +283,13 @@ async fn kubectl_top_get_raw_and_tables() {
         pods_per_node: 6,
         containers: 3,
         seed: 7,
+        // node-001 has swap on; node-000 does not.
+        swap_nodes: vec![ClusterConfig::node_name(1)],
         ..ClusterConfig::default()
     })
     .await;
     wait_complete(&c).await;
+    show_swap(&c).await;
     let scraped = c.scraped_node_names();
     let skipped: Vec<String> = c
         .node_names()

@@ -30,6 +30,10 @@ struct Args {
     /// --housekeeping_interval; 0 renders them at every request).
     #[arg(long, default_value_t = 10)]
     housekeeping: u64,
+    /// Every Nth node has swap on (kubelet NodeSwap): `kubectl top node --show-swap` and
+    /// `kubectl top pod --show-swap` (kubectl 1.37) show it. 0: no node has swap.
+    #[arg(long, default_value_t = 2)]
+    swap_every: usize,
     /// Seed of the generated workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -80,6 +84,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         housekeeping: Duration::from_secs(args.housekeeping),
         server_args: args.server_args,
         replicas: args.replicas.max(1),
+        swap_nodes: (0..args.nodes.max(1))
+            .filter(|i| args.swap_every > 0 && i % args.swap_every == 1 % args.swap_every)
+            .map(ClusterConfig::node_name)
+            .collect(),
         ready_timeout: Duration::from_secs(args.resolution * 4 + 60),
         ..ClusterConfig::default()
     };

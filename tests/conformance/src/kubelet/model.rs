@@ -32,6 +32,10 @@ pub struct SimNode {
     /// hashed from the node, pod and container names; a request gets what the last refresh
     /// saw. Zero (or under 1 ms) samples everything at the request's time.
     pub housekeeping: Duration,
+    /// Swap the node uses outside pods, bytes, on a node with swap on (NodeSwap, kubelet
+    /// 1.30+): its kubelet then reports `*_swap_usage_bytes` for the node and every
+    /// container. `None`: swap off, no swap series at all.
+    pub system_swap_bytes: Option<u64>,
 }
 
 impl Default for SimNode {
@@ -44,6 +48,7 @@ impl Default for SimNode {
             system_memory_bytes: 0,
             pods: Vec::new(),
             housekeeping: DEFAULT_HOUSEKEEPING,
+            system_swap_bytes: None,
         }
     }
 }
@@ -81,6 +86,8 @@ pub struct SimContainer {
     pub memory_period: Duration,
     /// Restarts this often after `created_ms` (counter reset, new start time).
     pub restart_every: Option<Duration>,
+    /// Swap in use, bytes, when its node has swap on (a gauge; 0 for most containers).
+    pub swap_bytes: u64,
 }
 
 impl SimContainer {
@@ -193,6 +200,7 @@ impl SimNode {
                         memory_max_bytes: (48 + (p % 64) as u64) << 20,
                         memory_period: Duration::from_secs(120 + (c as u64) * 30),
                         restart_every: None,
+                        swap_bytes: 0,
                     })
                     .collect(),
             })
@@ -204,6 +212,7 @@ impl SimNode {
             system_memory_bytes: 512 << 20,
             pods,
             housekeeping: DEFAULT_HOUSEKEEPING,
+            system_swap_bytes: None,
         }
     }
 
@@ -233,6 +242,12 @@ impl SimNode {
             })
             .collect();
         let (at, cores) = self.node_sample(now_ms, every);
+        let swap_bytes = self.system_swap_bytes.map(|system| {
+            let containers = self.pods.iter().flat_map(|p| &p.containers);
+            containers
+                .filter(|c| c.created_ms <= at)
+                .fold(system, |sum, c| sum.saturating_add(c.swap_bytes))
+        });
         NodeStats {
             name: self.name.clone(),
             timestamp_ms: at,
@@ -240,6 +255,7 @@ impl SimNode {
             memory_working_set_bytes: self.node_memory_bytes(at),
             start_time_s: self.boot_ms as f64 / 1000.0,
             cpu_nanocores: cores.map(|n| (n * 1e9) as u64),
+            swap_bytes,
             pods,
         }
     }
@@ -276,6 +292,7 @@ impl SimNode {
             cpu_seconds_total: c.cpu_seconds(at),
             memory_working_set_bytes: c.memory_bytes(at),
             cpu_nanocores: cores.map(|n| (n * 1e9) as u64),
+            swap_bytes: self.system_swap_bytes.map(|_| c.swap_bytes),
             terminated: false,
         })
     }

@@ -143,6 +143,57 @@ fn summary_round_trips_through_the_scraper_parser() {
 }
 
 #[test]
+fn swap_round_trips_through_both_parsers_where_reported() {
+    let mut node = test_node();
+    node.swap_bytes = Some(96 << 20);
+    for (i, c) in node
+        .pods
+        .iter_mut()
+        .flat_map(|p| &mut p.containers)
+        .enumerate()
+    {
+        c.swap_bytes = Some(if i % 3 == 0 { (i as u64 + 1) << 20 } else { 0 });
+    }
+    // One container reports none (a Windows container on a mixed kubelet, say).
+    node.pods[3].containers[0].swap_bytes = None;
+    let want: BTreeMap<_, _> = node
+        .pods
+        .iter()
+        .flat_map(|p| {
+            p.containers
+                .iter()
+                .filter(|c| !c.terminated)
+                .map(move |c| (p, c))
+        })
+        .map(|(p, c)| {
+            (
+                (p.namespace.clone(), p.name.clone(), c.name.clone()),
+                c.swap_bytes,
+            )
+        })
+        .collect();
+    let resource_body = render_resource(&node);
+    assert!(resource_body.contains("# HELP container_swap_usage_bytes [ALPHA]"));
+    assert!(resource_body.contains("\nnode_swap_usage_bytes 1.00663296e+08 "));
+    let summary_body = render_summary(&node);
+    for scrape in [
+        resource::parse(resource_body.as_bytes(), 0).expect("parses"),
+        summary::parse(summary_body.as_bytes(), 0).expect("parses"),
+    ] {
+        assert_eq!(scrape.node.unwrap().swap_bytes, Some(96 << 20));
+        let got: BTreeMap<_, _> = by_key(&scrape)
+            .into_iter()
+            .filter(|(_, s)| s.cpu_usage_ns_total.unwrap_or(0) > 0)
+            .map(|(k, s)| (k, s.swap_bytes))
+            .collect();
+        assert_eq!(got, want);
+    }
+    // Without swap on the node, no swap family at all (today's bytes).
+    assert!(!render_resource(&test_node()).contains("swap"));
+    assert!(!render_summary(&test_node()).contains("swap"));
+}
+
+#[test]
 fn resource_has_the_family_layout_of_a_real_kubelet() {
     let body = render_resource(&test_node());
     let types = |text: &str| -> Vec<String> {

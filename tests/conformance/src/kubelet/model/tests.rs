@@ -15,6 +15,7 @@ fn container(restart: Option<u64>) -> SimContainer {
         memory_max_bytes: 200 << 20,
         memory_period: Duration::from_secs(60),
         restart_every: restart.map(Duration::from_secs),
+        swap_bytes: 0,
     }
 }
 
@@ -31,6 +32,7 @@ fn node(restart: Option<u64>) -> SimNode {
             containers: vec![container(restart)],
         }],
         housekeeping: Duration::ZERO,
+        system_swap_bytes: None,
     }
 }
 
