@@ -86,21 +86,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let shutdown = CancellationToken::new();
     let clock: conformance::kubelet::Clock = Arc::new(unix_ms);
     let cluster = Cluster::start(shape, clock, shutdown.clone()).await?;
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("ttd-{n}-"))
-        .tempdir()
-        .context("temporary directory")?
-        .keep();
-    let kubeconfig = dir.join("kubeconfig");
-    cluster.control_plane.kubeconfig(&kubeconfig)?;
-    let front_proxy = cluster
-        .control_plane
-        .front_proxy_ca()
-        .issue(&tls::issue::LeafSpec {
-            common_name: conformance::controlplane::FRONT_PROXY_CLIENT.to_owned(),
-            client: true,
-            ..Default::default()
-        })?;
+    let work = cluster.workdir(&format!("ttd-{n}-"))?;
+    let (dir, kubeconfig, front_proxy) = (&work.dir, &work.kubeconfig, &work.front_proxy);
 
     let mut results = Vec::new();
     for case in &options.cases {
@@ -118,7 +105,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             let started = Instant::now();
             let mut server = Server::start(
                 &options.server_bin,
-                &kubeconfig,
+                kubeconfig,
                 &case_dir,
                 &format!("{}ms", case.resolution.as_millis()),
                 &args,

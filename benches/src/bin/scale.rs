@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use benches::scale::cluster::Shape;
-use benches::scale::{Options, parse_duration as duration, run, run_sizes};
+use benches::scale::{Options, parse_duration as duration, parse_flags, run, run_sizes};
 
 const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
@@ -43,19 +43,8 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         setup_timeout: Duration::from_secs(900),
         server_args: Vec::new(),
     };
-    let mut it = args.into_iter();
-    while let Some(flag) = it.next() {
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
-            None => (flag, None),
-        };
-        let mut value = || -> anyhow::Result<String> {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-        };
-        match flag.as_str() {
+    parse_flags(args, USAGE, |flag, value| {
+        match flag {
             "--nodes" => {
                 nodes = value()?
                     .split(',')
@@ -71,10 +60,10 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--setup-timeout" => o.setup_timeout = duration(&value()?)?,
             "--server-bin" => o.server_bin = PathBuf::from(value()?),
             "--server-arg" => o.server_args.push(value()?),
-            "-h" | "--help" => bail!("{USAGE}"),
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
-    }
+        Ok(())
+    })?;
     if nodes.iter().any(|&n| n == 0 || n > 20_000) {
         bail!("--nodes must be within 1..=20000");
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use benches::scale::cluster::Shape;
-use benches::scale::{parse_duration, run_sizes};
+use benches::scale::{parse_duration, parse_flags, run_sizes};
 use benches::ttd::{Case, Options, run};
 
 const USAGE: &str = "usage: ttd [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
@@ -47,19 +47,8 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         poll: Duration::from_millis(100),
         server_args: Vec::new(),
     };
-    let mut it = args.into_iter();
-    while let Some(flag) = it.next() {
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
-            None => (flag, None),
-        };
-        let mut value = || -> anyhow::Result<String> {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-        };
-        match flag.as_str() {
+    parse_flags(args, USAGE, |flag, value| {
+        match flag {
             "--nodes" => nodes = list(&value()?, |s| s.parse().context("--nodes"))?,
             "--pods-per-node" => o.shape.pods_per_node = value()?.parse()?,
             "--containers" => o.shape.containers = value()?.parse()?,
@@ -69,10 +58,10 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--poll" => o.poll = parse_duration(&value()?)?,
             "--server-bin" => o.server_bin = PathBuf::from(value()?),
             "--server-arg" => o.server_args.push(value()?),
-            "-h" | "--help" => bail!("{USAGE}"),
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
-    }
+        Ok(())
+    })?;
     if nodes.iter().any(|&n| n == 0 || n > 20_000) {
         bail!("--nodes must be within 1..=20000");
     }

@@ -131,3 +131,41 @@ impl Cluster {
         })
     }
 }
+
+/// What a harness needs beside the cluster to run the server and talk to it.
+pub struct Workdir {
+    /// A directory kept after the run (the server's log, certificates, kubeconfig).
+    pub dir: std::path::PathBuf,
+    /// The control plane's admin kubeconfig, for the server.
+    pub kubeconfig: std::path::PathBuf,
+    /// A front-proxy client identity (CN `front-proxy-client`), as kube-aggregator has.
+    pub front_proxy: tls::issue::Issued,
+}
+
+impl Cluster {
+    /// A kept directory named after `prefix`, the kubeconfig in it and a front-proxy client
+    /// identity.
+    pub fn workdir(&self, prefix: &str) -> anyhow::Result<Workdir> {
+        use anyhow::Context as _;
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .context("temporary directory")?
+            .keep();
+        let kubeconfig = dir.join("kubeconfig");
+        self.control_plane.kubeconfig(&kubeconfig)?;
+        let front_proxy = self
+            .control_plane
+            .front_proxy_ca()
+            .issue(&tls::issue::LeafSpec {
+                common_name: conformance::controlplane::FRONT_PROXY_CLIENT.to_owned(),
+                client: true,
+                ..Default::default()
+            })?;
+        Ok(Workdir {
+            dir,
+            kubeconfig,
+            front_proxy,
+        })
+    }
+}

@@ -83,6 +83,33 @@ where
     }
 }
 
+/// Parses a harness's command line: `--flag value` or `--flag=value`; `on(flag, value)`
+/// handles one flag (`value()` takes its value), `-h`/`--help` prints `usage`.
+pub fn parse_flags(
+    args: Vec<String>,
+    usage: &str,
+    mut on: impl FnMut(&str, &mut dyn FnMut() -> anyhow::Result<String>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut it = args.into_iter();
+    while let Some(flag) = it.next() {
+        let (flag, inline) = match flag.split_once('=') {
+            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
+            None => (flag, None),
+        };
+        if flag == "-h" || flag == "--help" {
+            bail!("{usage}");
+        }
+        let mut value = || -> anyhow::Result<String> {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .with_context(|| format!("{flag} needs a value\n{usage}"))
+        };
+        on(&flag, &mut value)?;
+    }
+    Ok(())
+}
+
 /// A harness flag's duration: `15s`, `500ms`, `2m`, or plain seconds.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let (num, unit) = text
@@ -158,27 +185,14 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     );
 
     // Kept after the run: the server's log, kubeconfig and serving certificate.
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("scale-{n}-"))
-        .tempdir()
-        .context("temporary directory")?
-        .keep();
-    let kubeconfig = dir.join("kubeconfig");
-    cluster.control_plane.kubeconfig(&kubeconfig)?;
-    let front_proxy = cluster
-        .control_plane
-        .front_proxy_ca()
-        .issue(&tls::issue::LeafSpec {
-            common_name: conformance::controlplane::FRONT_PROXY_CLIENT.to_owned(),
-            client: true,
-            ..Default::default()
-        })?;
+    let work = cluster.workdir(&format!("scale-{n}-"))?;
+    let (dir, kubeconfig, front_proxy) = (&work.dir, &work.kubeconfig, &work.front_proxy);
 
     let t_server = Instant::now();
     let mut server = Server::start(
         &options.server_bin,
-        &kubeconfig,
-        &dir,
+        kubeconfig,
+        dir,
         &resolution_arg,
         &options.server_args,
     )?;
