@@ -15,12 +15,19 @@ where
     B: http_body::Body + Send,
     B::Data: Send,
 {
+    Ok(Client::builder(TokioExecutor::new()).build(connector(verify, identity)?))
+}
+
+/// The HTTP/1.1-only HTTPS connector of [`client`], for a client built with other settings.
+pub fn connector(
+    verify: &tls::client::Verify,
+    identity: Option<&tls::Identity>,
+) -> Result<HttpsConnector<HttpConnector>, tls::Error> {
     let mut config = tls::client::config(verify, identity)?;
     config.alpn_protocols.clear();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config)
         .https_only()
         .enable_http1()
-        .build();
-    Ok(Client::builder(TokioExecutor::new()).build(connector))
+        .build())
 }

@@ -84,6 +84,23 @@ impl Record {
         self.now_s()
     }
 
+    /// Records one answer, given now.
+    fn answered(
+        &self,
+        client: &'static str,
+        what: What,
+        during_rollout: bool,
+        result: Result<BTreeSet<String>, String>,
+    ) {
+        self.push(Answer {
+            client,
+            what,
+            during_rollout,
+            at_s: self.now_s(),
+            result,
+        });
+    }
+
     fn push(&self, answer: Answer) {
         let n = {
             let mut answers = self.answers.lock();
@@ -212,18 +229,19 @@ async fn kubectl_loop(c: Arc<Cluster>, k: Kubectl, record: Arc<Record>, done: Ca
         for what in [What::AllPods, What::Nodes] {
             let during_rollout = record.rollout.load(Ordering::SeqCst);
             let result = kubectl(&c, k, what).await;
-            record.push(Answer {
-                client,
-                what,
-                during_rollout,
-                at_s: record.now_s(),
-                result,
-            });
+            record.answered(client, what, during_rollout, result);
         }
-        tokio::select! {
-            () = done.cancelled() => break,
-            () = tokio::time::sleep(PACE) => {}
+        if !pace(&done).await {
+            break;
         }
+    }
+}
+
+/// Waits [`PACE`] between a client's iterations; false once `done`.
+async fn pace(done: &CancellationToken) -> bool {
+    tokio::select! {
+        () = done.cancelled() => false,
+        () = tokio::time::sleep(PACE) => true,
     }
 }
 
@@ -282,16 +300,9 @@ async fn hpa_loop(
                 .collect())
         }
         .await;
-        record.push(Answer {
-            client: "hpa",
-            what: What::SelectedPods,
-            during_rollout,
-            at_s: record.now_s(),
-            result,
-        });
-        tokio::select! {
-            () = done.cancelled() => break,
-            () = tokio::time::sleep(PACE) => {}
+        record.answered("hpa", What::SelectedPods, during_rollout, result);
+        if !pace(&done).await {
+            break;
         }
     }
 }

@@ -272,13 +272,7 @@ pub(super) type ProbeClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>
 
 /// A [`ProbeClient`].
 pub(super) fn probe_client() -> Result<ProbeClient, tls::Error> {
-    let mut config = tls::client::config(&tls::client::Verify::Insecure, None)?;
-    config.alpn_protocols.clear();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_only()
-        .enable_http1()
-        .build();
+    let connector = crate::https::connector(&tls::client::Verify::Insecure, None)?;
     Ok(Client::builder(hyper_util::rt::TokioExecutor::new())
         .pool_max_idle_per_host(0)
         .build(connector))
