@@ -83,15 +83,8 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
 }
 
 fn main() -> ExitCode {
-    let (sizes, options) = match parse(std::env::args().skip(1).collect()) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            eprintln!("{e:#}");
-            return ExitCode::from(64);
-        }
-    };
-    run_sizes("ttd", sizes, |nodes| {
-        let mut o = options.clone();
+    let parsed = parse(std::env::args().skip(1).collect());
+    run_sizes("ttd", parsed, |mut o, nodes| {
         o.shape.nodes = nodes;
         run(o)
     })

@@ -48,13 +48,26 @@ pub struct Options {
     pub server_args: Vec<String>,
 }
 
-/// The `main` of a harness binary: runs `run(nodes)` for each size on one multi-threaded
-/// runtime, printing `RESULT {json}` per size; fails if any size failed.
-pub fn run_sizes<F, Fut>(what: &str, sizes: Vec<usize>, run: F) -> std::process::ExitCode
+/// The `main` of a harness binary: exits 64 when the flags did not parse, else runs
+/// `run(options, nodes)` for each size on one multi-threaded runtime, printing
+/// `RESULT {json}` per size; fails if any size failed.
+pub fn run_sizes<O, F, Fut>(
+    what: &str,
+    parsed: anyhow::Result<(Vec<usize>, O)>,
+    run: F,
+) -> std::process::ExitCode
 where
-    F: Fn(usize) -> Fut,
+    O: Clone,
+    F: Fn(O, usize) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<serde_json::Value>>,
 {
+    let (sizes, options) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return std::process::ExitCode::from(64);
+        }
+    };
     tls::provider::install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -68,7 +81,7 @@ where
     };
     let mut failed = false;
     for nodes in sizes {
-        match runtime.block_on(run(nodes)) {
+        match runtime.block_on(run(options.clone(), nodes)) {
             Ok(report) => println!("RESULT {report}"),
             Err(e) => {
                 eprintln!("{what} run with {nodes} nodes failed: {e:#}");
