@@ -19,6 +19,9 @@ use scraper::kubelet::Source;
 
 /// The 70-pod `/metrics/resource` capture from metrics-server's `client_test.go`.
 pub const RESOURCE_70_PODS: &str = "metrics-resource-metrics-server-kind-v1.21-70pods.txt";
+/// The kubelet-1.36-shape body of the scale comparison (30 pods x 2 containers, with the
+/// `pod_*` and `*_swap_usage_bytes` families).
+pub const RESOURCE_V1_36_SHAPE: &str = "metrics-resource-kubelet-v1.36-shape-30pods-generated.txt";
 /// The largest `/stats/summary` capture (v1.35, 17 pods, with psi and io objects).
 pub const SUMMARY_V1_35: &str = "stats-summary-nri-kubernetes-minikube-v1.35.json";
 /// A multi-container `/stats/summary` capture (v1.28, 18 pods, 23 containers).
@@ -75,11 +78,13 @@ impl Payload {
         })
     }
 
-    /// The payloads the parse benchmark measures: the 70-pod resource capture, the two
+    /// The payloads the parse benchmark measures: the 70-pod resource capture, the
+    /// kubelet-1.36-shape body of the scale comparison, the two
     /// largest summary captures, and a generated 110-pod x 2-container node in both formats.
     pub fn parse_set() -> std::io::Result<Vec<Payload>> {
         Ok(vec![
             Payload::fixture(Source::Resource, "70-pods-fixture", RESOURCE_70_PODS)?,
+            Payload::fixture(Source::Resource, "v1.36-shape-30x2", RESOURCE_V1_36_SHAPE)?,
             Payload::generated(Source::Resource, 110, 2),
             Payload::fixture(Source::Summary, "v1.28-fixture", SUMMARY_V1_28)?,
             Payload::fixture(Source::Summary, "v1.35-fixture", SUMMARY_V1_35)?,

@@ -15,7 +15,8 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hasher};
+
+use foldhash::fast::RandomState;
 
 use memchr::memchr;
 
@@ -414,7 +415,9 @@ struct Containers<'a> {
     list: Vec<ContainerSample<'a>>,
     /// The label text (`{...}`) each container was first seen with.
     spans: Vec<&'a [u8]>,
-    index: HashMap<Key<'a>, usize, BuildHasherDefault<FxHasher>>,
+    /// Keyed by kubelet-controlled strings: a randomly seeded hasher, so no node can pick
+    /// label values that collide.
+    index: HashMap<Key<'a>, usize, RandomState>,
     /// The container the next series of `hint_family` is expected to be.
     hint: usize,
     hint_family: Family,
@@ -428,7 +431,7 @@ impl<'a> Containers<'a> {
         Containers {
             list: Vec::with_capacity(capacity),
             spans: Vec::with_capacity(capacity),
-            index: HashMap::with_capacity_and_hasher(capacity, BuildHasherDefault::default()),
+            index: HashMap::with_capacity_and_hasher(capacity, RandomState::default()),
             hint: 0,
             hint_family: Family::Other,
         }
@@ -477,47 +480,3 @@ impl<'a> Containers<'a> {
     }
 }
 
-/// The Firefox/rustc "Fx" hash: a multiply-rotate over 8-byte words. Keys are a few short
-/// label values from one size-bounded kubelet body, so SipHash's flooding resistance buys
-/// little here and its cost is per container.
-#[derive(Default)]
-struct FxHasher {
-    hash: u64,
-}
-
-impl FxHasher {
-    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
-        }
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        self.add(u64::from(byte));
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
