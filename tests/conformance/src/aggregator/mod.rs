@@ -11,7 +11,7 @@
 pub mod proxy;
 pub mod query;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,7 +23,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rustls_pki_types::CertificateDer;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
@@ -154,6 +154,8 @@ struct Inner {
     /// Set by [`Aggregator::check_now`], cleared when a round of checks starts.
     dirty: AtomicBool,
     changed: watch::Sender<u64>,
+    /// The last [`PROXIED_KEPT`] proxied answers.
+    proxied: Mutex<VecDeque<Proxied>>,
 }
 
 /// The APIService registry, availability controller and proxy. Cheap to clone.
@@ -182,6 +184,7 @@ impl Aggregator {
                 wake: Notify::new(),
                 dirty: AtomicBool::new(false),
                 changed: watch::channel(0).0,
+                proxied: Mutex::new(VecDeque::new()),
             }),
         }
     }
@@ -529,9 +532,44 @@ impl Aggregator {
         } else {
             proxy::Timeout::Request(self.inner.config.request_timeout)
         };
-        Some(proxy::forward(&client, &url, req, user, timeout).await)
+        let path = req.uri().path().to_owned();
+        let response = proxy::forward(&client, &url, req, user, timeout).await;
+        let mut proxied = self.inner.proxied.lock();
+        if proxied.len() == PROXIED_KEPT {
+            proxied.pop_front();
+        }
+        proxied.push_back(Proxied {
+            path,
+            status: response.status(),
+            content_encoding: response
+                .headers()
+                .get(http::header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        });
+        drop(proxied);
+        Some(response)
+    }
+
+    /// The last proxied answers, oldest first (a test's view of what went back to clients).
+    pub fn proxied(&self) -> Vec<Proxied> {
+        self.inner.proxied.lock().iter().cloned().collect()
     }
 }
+
+/// One answer the proxy passed back, as the simulator records it for tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proxied {
+    /// The request path.
+    pub path: String,
+    /// The backend's status (or the proxy's own error).
+    pub status: StatusCode,
+    /// The `Content-Encoding` the client got, as the backend sent it.
+    pub content_encoding: Option<String>,
+}
+
+/// How many proxied answers [`Aggregator::proxied`] keeps.
+const PROXIED_KEPT: usize = 256;
 
 /// One GET as `system:kube-aggregator` with these groups; the body is read in full (bounded).
 async fn get(
