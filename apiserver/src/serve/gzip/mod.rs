@@ -43,7 +43,7 @@ pub const THRESHOLD_BYTES: usize = 128 * 1024;
 /// (`defaultGzipContentEncodingLevel`, the least CPU: kubernetes/kubernetes#112296) means in
 /// zlib: `deflate_fast` with zlib's level-1 parameters. zlib-rs numbers its levels as zlib-ng,
 /// whose level 1 is `deflate_quick` (fixed Huffman codes): a quarter to a third more bytes
-/// than zlib's level 1 on metrics lists, for about 6 % less CPU per list. Measured in
+/// than zlib's level 1 on metrics lists, for a few % less CPU per list. Measured in
 /// `BENCHMARKS.md` ("Wire: gzip").
 pub const LEVEL: u32 = 2;
 
