@@ -7,6 +7,11 @@
 //! list through the real `scraper::inventory::Inventory` and `scraper::store::Store` (every
 //! node ingested twice so every pod has usage), i.e. what the server really does per list.
 //!
+//! `pods_150k_json_store_gzip<level>` run that list through the server's gzip transform
+//! (`apiserver::serve::gzip::encode_at`, what kubectl's `Accept-Encoding: gzip` gets) at
+//! zlib-rs levels 1, 2 (the server's `gzip::LEVEL`: zlib's level-1 algorithm) and 6 (the
+//! default), in the same run as the identity list, so the CPU ratio can be read directly.
+//!
 //! `cargo bench -p benches --bench encode`
 
 use std::collections::HashMap;
@@ -16,7 +21,9 @@ use std::task::{Context, Poll};
 
 use apiserver::Body;
 use apiserver::api::{Handler, Live, Source};
+use apiserver::serve::gzip::{self, Accepts};
 use criterion::{Criterion, Throughput, criterion_group};
+use futures::FutureExt as _;
 use http_body::Body as _;
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, Labels, NodeRecord, PodRecord};
@@ -295,6 +302,34 @@ fn run<S: Source>(h: &Handler<S>, parts: &http::request::Parts) -> (usize, usize
     }
 }
 
+/// [`run`], then gzip at `level` as the router does for `Accept-Encoding: gzip`.
+fn run_gzip<S: Source>(
+    h: &Handler<S>,
+    parts: &http::request::Parts,
+    level: u32,
+) -> (usize, usize, usize) {
+    let Some(response) = h.handle(parts, NOW_NS) else {
+        return (0, 0, 0);
+    };
+    // The list body is always ready, so the transform completes in one poll.
+    match gzip::encode_at(Accepts::GzipWhenLarge, level, response).now_or_never() {
+        Some(r) => drain(r.into_body()),
+        None => (0, 0, 0),
+    }
+}
+
+/// The whole body, for writing the identity JSON out.
+fn collect(mut body: Body) -> Vec<u8> {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut out = Vec::new();
+    while let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) {
+        if let Ok(data) = frame.into_data() {
+            out.extend_from_slice(&data);
+        }
+    }
+    out
+}
+
 fn bench(c: &mut Criterion) {
     let mut registry = Registry::default();
     let h = Handler::new(
@@ -348,15 +383,104 @@ fn bench(c: &mut Criterion) {
     eprintln!("pods_150k_json_store: {bytes} bytes in {frames} frames (largest {largest} bytes)");
     group.throughput(Throughput::Bytes(bytes as u64));
     group.bench_function("pods_150k_json_store", |b| b.iter(|| run(&h, &parts)));
+    // The same list gzip-encoded; throughput counts the identity bytes, as the CPU does.
+    for level in [1, gzip::LEVEL, 6] {
+        let (gz, frames, largest) = run_gzip(&h, &parts, level);
+        eprintln!(
+            "pods_150k_json_store_gzip{level}: {gz} bytes ({:.2}% of {bytes}) in {frames} frames (largest {largest} bytes)",
+            gz as f64 * 100.0 / bytes as f64
+        );
+        group.bench_function(format!("pods_150k_json_store_gzip{level}"), |b| {
+            b.iter(|| run_gzip(&h, &parts, level))
+        });
+    }
     group.finish();
 }
 
 criterion_group!(benches, bench);
 
+/// `ENCODE_FILE=<file>`: the file's bytes, streamed in 64 KiB frames like a list, through
+/// the gzip transform at `level`, `ENCODE_ITERS` times (default 1); prints the gzip size.
+fn gzip_file(path: &str, level: u32) {
+    let data = match std::fs::read(path) {
+        Ok(d) => bytes::Bytes::from(d),
+        Err(e) => {
+            eprintln!("reading {path}: {e}");
+            return;
+        }
+    };
+    let iters = std::env::var("ENCODE_ITERS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1);
+    let mut gz = 0;
+    for _ in 0..iters {
+        let frames: Vec<_> = (0..data.len())
+            .step_by(64 * 1024)
+            .map(|at| {
+                let end = (at + 64 * 1024).min(data.len());
+                Ok::<_, std::convert::Infallible>(http_body::Frame::data(data.slice(at..end)))
+            })
+            .collect();
+        let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
+        let response = http::Response::new(http_body_util::BodyExt::boxed(body));
+        gz = match gzip::encode_at(Accepts::GzipWhenLarge, level, response).now_or_never() {
+            Some(r) => drain(r.into_body()).0,
+            None => 0,
+        };
+    }
+    eprintln!(
+        "{path}: {} bytes, gzip level {level}: {gz} bytes ({:.2}%), {iters} times",
+        data.len(),
+        gz as f64 * 100.0 / data.len() as f64
+    );
+}
+
+/// The list `iters` times, gzip-encoded at `level` when given; the bytes sent in all.
+fn repeat<S: Source>(
+    h: &Handler<S>,
+    parts: &http::request::Parts,
+    iters: u32,
+    level: Option<u32>,
+) -> usize {
+    (0..iters)
+        .map(|_| match level {
+            Some(level) => run_gzip(h, parts, level).0,
+            None => run(h, parts).0,
+        })
+        .sum()
+}
+
 /// `ENCODE_ITERS=N` runs the 150,000-pod JSON list N times without criterion, for
 /// `perf stat` (instructions and CPU time are steadier than wall time on a shared machine);
-/// with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the fake.
+/// with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the fake, and
+/// with `ENCODE_GZIP=<level>` gzip-encoded at that level.
+/// `ENCODE_DUMP=<file>` writes the store list's identity JSON there (to compare the gzip
+/// bytes with other compressors) and exits.
 fn main() {
+    if let Ok(path) = std::env::var("ENCODE_DUMP") {
+        let h = Handler::new(
+            live(5_000, 30),
+            LabelSelector::default(),
+            &mut Registry::default(),
+        );
+        let parts = request(
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            "application/vnd.kubernetes.protobuf, */*",
+        );
+        let body = h.handle(&parts, NOW_NS).map(|r| collect(r.into_body()));
+        if let Err(e) = std::fs::write(&path, body.unwrap_or_default()) {
+            eprintln!("writing {path}: {e}");
+        }
+        return;
+    }
+    let gzip_level = std::env::var("ENCODE_GZIP")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok());
+    if let Ok(path) = std::env::var("ENCODE_FILE") {
+        gzip_file(&path, gzip_level.unwrap_or(gzip::LEVEL));
+        return;
+    }
     if let Some(iters) = std::env::var("ENCODE_ITERS")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
@@ -367,24 +491,19 @@ fn main() {
             "application/vnd.kubernetes.protobuf, */*",
         );
         let store = std::env::var("ENCODE_SOURCE").is_ok_and(|s| s == "store");
-        let mut total = 0;
-        if store {
+        let total = if store {
             let h = Handler::new(live(5_000, 30), LabelSelector::default(), &mut registry);
-            for _ in 0..iters {
-                total += run(&h, &parts).0;
-            }
+            repeat(&h, &parts, iters, gzip_level)
         } else {
             let h = Handler::new(
                 Memory::new(5_000, 30),
                 LabelSelector::default(),
                 &mut registry,
             );
-            for _ in 0..iters {
-                total += run(&h, &parts).0;
-            }
-        }
+            repeat(&h, &parts, iters, gzip_level)
+        };
         eprintln!(
-            "{iters} lists, {total} bytes (source: {})",
+            "{iters} lists, {total} bytes (source: {}, gzip level: {gzip_level:?})",
             if store { "store" } else { "memory" }
         );
         return;

@@ -5,11 +5,13 @@
 //! - [`access`]: the authentication and authorization filters (delegated to the cluster).
 //! - [`cert`]: the serving certificate (files reloaded on change, or self-signed in
 //!   `--cert-dir`).
+//! - [`gzip`]: gzip responses larger than 128 KiB when `Accept-Encoding` allows it.
 //! - [`router`]: the filter chain (the hook for authentication, authorization and load
 //!   shedding) and the routes.
 
 pub mod access;
 pub mod cert;
+pub mod gzip;
 pub mod router;
 
 use std::convert::Infallible;

@@ -10,12 +10,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::request::Parts;
-use http::{Request, Response, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::Frame;
 use http_body_util::BodyExt;
 use prometheus_client::registry::Registry;
 use rustls_pki_types::CertificateDer;
 
+use super::gzip;
 use crate::Body;
 use crate::api::Api;
 use crate::health::Health;
@@ -117,25 +118,34 @@ impl Router {
         self
     }
 
-    /// Answers one request. The request body is never read: every route is a GET.
+    /// Answers one request. The request body is never read: every route is a GET. The
+    /// response, whoever made it (a filter's rejection included), is gzip-encoded when the
+    /// request allows it and the body is large ([`gzip::encode`]).
     pub async fn handle<B>(&self, request: Request<B>) -> Response<Body> {
         let started = Instant::now();
         let (mut parts, _body) = request.into_parts();
         let kind = RequestKind::of(&parts.method, parts.uri.path());
+        let accepts = gzip::Accepts::of(&parts.headers);
         let mut guards: Vec<Guard> = Vec::new();
+        let mut rejected = None;
         for filter in &self.filters {
             match filter.filter(&mut parts).await {
                 Verdict::Pass(guard) => guards.extend(guard),
                 Verdict::Reject(response) => {
-                    self.requests
-                        .observe(kind, response.status().as_u16(), started.elapsed());
-                    return response;
+                    // The filters passed so far release their guards at once.
+                    guards.clear();
+                    rejected = Some(response);
+                    break;
                 }
             }
         }
-        let response = self.route(&parts);
+        let response = rejected.unwrap_or_else(|| self.route(&parts));
         self.requests
             .observe(kind, response.status().as_u16(), started.elapsed());
+        let mut response = gzip::encode(accepts, response).await;
+        if parts.method == Method::HEAD {
+            response = without_body(response);
+        }
         if guards.is_empty() {
             response
         } else {
@@ -163,6 +173,24 @@ impl Router {
         }
         Status::no_route().into_response()
     }
+}
+
+/// A HEAD answer: GET's headers (a Content-Length when the body's size is known), no body.
+/// hyper leaves the body out over HTTP/1.1 but would send it over h2, where the client
+/// resets the stream.
+fn without_body(response: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    let status = parts.status;
+    let has_body = !(status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED);
+    if has_body && let Some(len) = http_body::Body::size_hint(&body).exact() {
+        parts
+            .headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(len));
+    }
+    Response::from_parts(parts, crate::full(Bytes::new()))
 }
 
 /// A body that keeps the filters' guards alive until it is finished or dropped.
@@ -301,6 +329,68 @@ mod tests {
         assert_eq!(get(&r, "/livez").await.0, 200);
         assert_eq!(get(&r, "/metrics").await.0, 403);
         assert_eq!(get(&r, "/nope").await.0, 403);
+    }
+
+    /// Answers everything with `len` bytes of text.
+    struct Large(usize);
+    impl Filter for Large {
+        fn filter<'a>(&'a self, _parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+            let body = "0123456789abcdef".repeat(self.0 / 16);
+            Box::pin(async move { Verdict::Reject(Response::new(crate::full(body))) })
+        }
+    }
+
+    #[tokio::test]
+    async fn every_answer_is_gzip_when_large_and_asked_for() {
+        let r = router().with_filter(Arc::new(Large(256 * 1024)));
+        let request = |method: Method, encoding: &str| {
+            Request::builder()
+                .method(method)
+                .uri("/apis/metrics.k8s.io/v1/nodes")
+                .header(header::ACCEPT_ENCODING, encoding)
+                .body(())
+                .unwrap()
+        };
+        let response = r.handle(request(Method::GET, "gzip")).await;
+        assert_eq!(response.headers()[header::CONTENT_ENCODING], "gzip");
+        assert_eq!(response.headers()[header::VARY], "Accept-Encoding");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let mut plain = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+            .unwrap();
+        assert_eq!(plain, "0123456789abcdef".repeat(16 * 1024));
+
+        let response = r.handle(request(Method::GET, "br")).await;
+        assert!(response.headers().get(header::CONTENT_ENCODING).is_none());
+        assert_eq!(
+            http_body::Body::size_hint(response.body()).exact(),
+            Some(256 * 1024)
+        );
+
+        // HEAD: GET's headers, no body.
+        let response = r.handle(request(Method::HEAD, "gzip")).await;
+        assert_eq!(response.headers()[header::CONTENT_ENCODING], "gzip");
+        assert!(response.headers().get(header::CONTENT_LENGTH).is_none());
+        assert!(
+            response
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .is_empty()
+        );
+        let response = r.handle(request(Method::HEAD, "br")).await;
+        assert_eq!(response.headers()[header::CONTENT_LENGTH], "262144");
+        assert!(
+            response
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .is_empty()
+        );
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@
 
 mod binary;
 mod certs;
+mod gzip;
 mod health;
 mod http;
 mod metrics;

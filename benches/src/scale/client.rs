@@ -3,6 +3,7 @@
 //! plane's front-proxy CA) plus `X-Remote-User` / `X-Remote-Group`. The server then asks the
 //! control plane for a SubjectAccessReview (cached), as in a real cluster.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +34,12 @@ pub struct Client {
 pub struct Fetched {
     /// Status code.
     pub status: StatusCode,
-    /// Body bytes.
+    /// Body bytes on the wire.
     pub bytes: usize,
+    /// Body bytes after gunzip (the same as `bytes` for an identity answer).
+    pub decoded_bytes: usize,
+    /// The answer was `Content-Encoding: gzip`.
+    pub gzip: bool,
     /// Occurrences of the counted marker in the body.
     pub marker_count: usize,
     /// From sending the request to the response head.
@@ -75,6 +80,17 @@ impl Client {
 
     /// GETs `path` and drains the body, counting `marker` (across frame boundaries).
     pub async fn get(&mut self, path: &str, marker: &[u8]) -> anyhow::Result<Fetched> {
+        self.get_encoded(path, marker, false).await
+    }
+
+    /// [`Client::get`], with `Accept-Encoding: gzip` when `gzip` (as client-go asks); a gzip
+    /// body is gunzipped as it arrives and the marker counted in the plain text.
+    pub async fn get_encoded(
+        &mut self,
+        path: &str,
+        marker: &[u8],
+        gzip: bool,
+    ) -> anyhow::Result<Fetched> {
         let ready = match &mut self.conn {
             Some((sender, _)) => sender.ready().await.is_ok(),
             None => false,
@@ -88,12 +104,15 @@ impl Client {
         let Some((sender, _)) = &mut self.conn else {
             anyhow::bail!("no connection");
         };
-        let req = Request::get(path)
+        let mut req = Request::get(path)
             .header("host", "127.0.0.1")
             .header("accept", "application/json")
             .header("x-remote-user", USER)
-            .header("x-remote-group", GROUP)
-            .body(Empty::new())?;
+            .header("x-remote-group", GROUP);
+        if gzip {
+            req = req.header("accept-encoding", "gzip");
+        }
+        let req = req.body(Empty::new())?;
         let start = Instant::now();
         let resp = sender.send_request(req).await;
         let resp = match resp {
@@ -105,19 +124,42 @@ impl Client {
         };
         let first_byte = start.elapsed();
         let status = resp.status();
+        let encoded = resp
+            .headers()
+            .get(http::header::CONTENT_ENCODING)
+            .is_some_and(|v| v.as_bytes() == b"gzip");
         let mut body = resp.into_body();
         let mut counter = Counter::new(marker);
-        let mut bytes = 0;
+        let mut gunzip = encoded.then(|| flate2::write::GzDecoder::new(Vec::new()));
+        let (mut bytes, mut decoded_bytes) = (0, 0);
         while let Some(frame) = body.frame().await {
             let frame = frame.context("reading the body")?;
             if let Ok(data) = frame.into_data() {
                 bytes += data.len();
-                counter.feed(&data);
+                match &mut gunzip {
+                    Some(decoder) => {
+                        decoder.write_all(&data).context("gunzip")?;
+                        let plain = std::mem::take(decoder.get_mut());
+                        decoded_bytes += plain.len();
+                        counter.feed(&plain);
+                    }
+                    None => {
+                        decoded_bytes += data.len();
+                        counter.feed(&data);
+                    }
+                }
             }
+        }
+        if let Some(decoder) = gunzip {
+            let plain = decoder.finish().context("gunzip")?;
+            decoded_bytes += plain.len();
+            counter.feed(&plain);
         }
         Ok(Fetched {
             status,
             bytes,
+            decoded_bytes,
+            gzip: encoded,
             marker_count: counter.count,
             first_byte,
             total: start.elapsed(),

@@ -313,13 +313,18 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
 
     // Cluster-wide lists.
     let mut lists = serde_json::Map::new();
-    for (name, path) in [("pods", pods_path), ("nodes", nodes_path)] {
+    // `pods_gzip`: the pod list as kubectl and client-go ask for it (`Accept-Encoding: gzip`).
+    for (name, path, gzip) in [
+        ("pods", pods_path, false),
+        ("pods_gzip", pods_path, true),
+        ("nodes", nodes_path, false),
+    ] {
         let cpu_before = server_proc.cpu_seconds()?;
         let mut fetched: Vec<Fetched> = Vec::new();
         // One unmeasured request first: the connection and the SubjectAccessReview cache.
         client.get("/apis/metrics.k8s.io/v1", b"").await?;
         for _ in 0..options.lists {
-            let f = client.get(path, b"\"window\":").await?;
+            let f = client.get_encoded(path, b"\"window\":", gzip).await?;
             if !f.status.is_success() {
                 bail!("GET {path}: {}", f.status);
             }
@@ -332,9 +337,15 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         let min = totals.iter().min().copied().unwrap_or_default();
         let max = totals.iter().max().copied().unwrap_or_default();
         let bytes = fetched.first().map_or(0, |f| f.bytes);
+        let decoded = fetched.first().map_or(0, |f| f.decoded_bytes);
+        let encoding = if fetched.first().is_some_and(|f| f.gzip) {
+            "gzip"
+        } else {
+            "identity"
+        };
         let items = fetched.first().map_or(0, |f| f.marker_count);
         println!(
-            "    GET {path}: {items} items, {bytes} bytes; median {:.0} ms (min {:.0}, max {:.0}, first byte median {:.1} ms) over {} lists; server CPU {:.0} ms per list",
+            "    GET {path} ({encoding}): {items} items, {bytes} bytes ({decoded} decoded); median {:.0} ms (min {:.0}, max {:.0}, first byte median {:.1} ms) over {} lists; server CPU {:.0} ms per list",
             ms(med),
             ms(min),
             ms(max),
@@ -345,7 +356,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         lists.insert(
             name.to_owned(),
             json!({
-                "path": path, "items": items, "bytes": bytes, "median_ms": ms(med),
+                "path": path, "encoding": encoding, "items": items, "bytes": bytes,
+                "decoded_bytes": decoded, "median_ms": ms(med),
                 "min_ms": ms(min), "max_ms": ms(max), "server_cpu_ms_per_list": cpu * 1000.0,
                 "all_ms": totals.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
             }),

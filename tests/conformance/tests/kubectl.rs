@@ -1000,3 +1000,69 @@ async fn kubelet_down_pod_deleted_node_added() {
 fn nodes_that_stay(want: &[String]) -> Vec<String> {
     want.iter().filter(|n| *n != "node-new").cloned().collect()
 }
+
+/// The newest proxied answer for `path`: its Content-Encoding as the client got it.
+fn last_encoding(c: &Cluster, path: &str) -> Option<String> {
+    c.control_plane()
+        .aggregator()
+        .proxied()
+        .into_iter()
+        .rev()
+        .find(|p| p.path == path)
+        .unwrap_or_else(|| panic!("{path} was never proxied"))
+        .content_encoding
+}
+
+/// Answers larger than 128 KiB come back gzip through the aggregator (which passes the
+/// encoding through, as kube-aggregator does), and kubectl, whose Go transport asks for gzip
+/// and decompresses, reads them as before; small answers stay identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_are_gzip_and_kubectl_reads_them() {
+    let c = start(ClusterConfig {
+        nodes: 5,
+        pods_per_node: 100,
+        containers: 3,
+        seed: 11,
+        ..ClusterConfig::default()
+    })
+    .await;
+    wait_complete(&c).await;
+    let want_pods = expected_pods(&c);
+    assert!(want_pods.len() > 300, "{}", want_pods.len());
+    for k in Kubectl::ALL {
+        // kubectl 1.32 lists v1beta1, 1.37 v1.
+        let version = match k {
+            Kubectl::V1_32 => "v1beta1",
+            _ => "v1",
+        };
+        let pods = format!("/apis/metrics.k8s.io/{version}/pods");
+        let out = kubectl(&c, k, &["top", "pod", "-A"]).await.unwrap();
+        let table = rows(&out, &["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]).unwrap();
+        let got: BTreeSet<(String, String)> =
+            table.iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+        assert_eq!(got, want_pods, "{k} top pod -A");
+        assert_eq!(
+            last_encoding(&c, &pods).as_deref(),
+            Some("gzip"),
+            "{k} {pods}"
+        );
+
+        for v in ["v1beta1", "v1"] {
+            let path = format!("/apis/metrics.k8s.io/{v}/pods");
+            let list = raw(&c, k, &path).await.unwrap();
+            let got: BTreeSet<_> = listed_pods(&list).into_iter().collect();
+            assert_eq!(got, want_pods, "{k} get --raw {path}");
+            assert_eq!(
+                last_encoding(&c, &path).as_deref(),
+                Some("gzip"),
+                "{k} {path}"
+            );
+        }
+        // A small answer: identity.
+        let path = "/apis/metrics.k8s.io/v1beta1/nodes";
+        let nodes = raw(&c, k, path).await.unwrap();
+        assert_eq!(listed_nodes(&nodes), c.scraped_node_names());
+        assert_eq!(last_encoding(&c, path), None, "{k} {path}");
+    }
+    c.stop().await.unwrap();
+}

@@ -20,7 +20,7 @@ pub mod endpoints;
 pub mod proxy;
 pub mod query;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -194,6 +194,8 @@ struct Inner {
     endpoints: Mutex<Endpoints>,
     /// Wakes the prober supervisor when endpoints were added.
     probe_wake: Notify,
+    /// The last [`PROXIED_KEPT`] proxied answers.
+    proxied: Mutex<VecDeque<Proxied>>,
 }
 
 /// The APIService registry, availability controller and proxy. Cheap to clone.
@@ -221,6 +223,7 @@ impl Aggregator {
                 changed: watch::channel(0).0,
                 endpoints: Mutex::new(Endpoints::default()),
                 probe_wake: Notify::new(),
+                proxied: Mutex::new(VecDeque::new()),
             }),
         }
     }
@@ -483,9 +486,44 @@ impl Aggregator {
         } else {
             proxy::Timeout::Request(self.inner.config.request_timeout)
         };
-        Some(proxy::forward(&client, &url, req, user, timeout).await)
+        let path = req.uri().path().to_owned();
+        let response = proxy::forward(&client, &url, req, user, timeout).await;
+        let mut proxied = self.inner.proxied.lock();
+        if proxied.len() == PROXIED_KEPT {
+            proxied.pop_front();
+        }
+        proxied.push_back(Proxied {
+            path,
+            status: response.status(),
+            content_encoding: response
+                .headers()
+                .get(http::header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        });
+        drop(proxied);
+        Some(response)
+    }
+
+    /// The last proxied answers, oldest first (a test's view of what went back to clients).
+    pub fn proxied(&self) -> Vec<Proxied> {
+        self.inner.proxied.lock().iter().cloned().collect()
     }
 }
+
+/// One answer the proxy passed back, as the simulator records it for tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proxied {
+    /// The request path.
+    pub path: String,
+    /// The backend's status (or the proxy's own error).
+    pub status: StatusCode,
+    /// The `Content-Encoding` the client got, as the backend sent it.
+    pub content_encoding: Option<String>,
+}
+
+/// How many proxied answers [`Aggregator::proxied`] keeps.
+const PROXIED_KEPT: usize = 256;
 
 /// `url` without a trailing slash when it is `https://...`.
 fn https_url(url: &str) -> Result<String, Error> {
