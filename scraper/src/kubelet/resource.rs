@@ -479,4 +479,3 @@ impl<'a> Containers<'a> {
         &mut self.list[idx].sample
     }
 }
-
