@@ -556,6 +556,7 @@ fn kubelet_config(
         plain_http,
         timeout: k.kubelet_request_timeout.0,
         max_body_bytes: usize::try_from(k.kubelet_max_body_bytes.0).unwrap_or(usize::MAX),
+        max_bodies_bytes: usize::try_from(k.kubelet_max_bodies_bytes.0).unwrap_or(usize::MAX),
         keep_alive: k.kubelet_keep_alive,
     })
 }

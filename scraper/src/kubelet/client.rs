@@ -15,15 +15,22 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use http::{HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Empty};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub use error::{Error, Peer};
 pub use target::{DEFAULT_ADDRESS_TYPES, Resolver, Target, TargetError};
+
+/// Default for [`Config::max_bodies_bytes`]: 256 MiB, four bodies of the largest size.
+pub const DEFAULT_MAX_BODIES_BYTES: usize = 256 << 20;
+
+/// The budget of [`Config::max_bodies_bytes`] is counted in units of this many bytes.
+const BUDGET_UNIT: usize = 1024;
 
 /// Default for [`Config::max_body_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
@@ -51,6 +58,9 @@ pub struct Config {
     pub timeout: Duration,
     /// Largest response body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Most bytes of response bodies held at once, over every request in flight (bodies wait
+    /// for room as they stream in); raised to `max_body_bytes` if below it.
+    pub max_bodies_bytes: usize,
     /// Keep one idle connection per kubelet between scrapes (`--kubelet-keep-alive`): no TLS
     /// handshake per scrape, at the price of the connection's buffers per node.
     pub keep_alive: bool,
@@ -66,6 +76,7 @@ impl Default for Config {
             plain_http: false,
             timeout: Duration::from_secs(10),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_bodies_bytes: DEFAULT_MAX_BODIES_BYTES,
             keep_alive: true,
         }
     }
@@ -84,6 +95,8 @@ struct Inner {
     plain_http: bool,
     timeout: Duration,
     max_body_bytes: usize,
+    /// Room for bodies in flight, in [`BUDGET_UNIT`]s.
+    budget: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Client {
@@ -152,6 +165,10 @@ impl Client {
                 plain_http: config.plain_http,
                 timeout: config.timeout,
                 max_body_bytes: config.max_body_bytes,
+                budget: Arc::new(Semaphore::new(
+                    units(config.max_bodies_bytes.max(config.max_body_bytes))
+                        .min(Semaphore::MAX_PERMITS),
+                )),
             }),
         })
     }
@@ -168,7 +185,7 @@ impl Client {
 
     /// GETs `url` (e.g. `https://10.0.0.1:10250/metrics/resource`), returning the body. The
     /// whole request is bounded by the configured timeout.
-    pub async fn get(&self, url: &str) -> Result<Bytes, Error> {
+    pub async fn get(&self, url: &str) -> Result<Body, Error> {
         let uri = url.parse::<Uri>().map_err(|e| Error::InvalidUrl {
             url: url.into(),
             reason: e.to_string().into(),
@@ -192,7 +209,7 @@ impl Client {
     /// GETs a node's kubelet; the whole request must finish by `deadline` (which the scrape
     /// loop sets from the scheduled start, so queueing counts against it). Errors name the
     /// node.
-    pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Bytes, Error> {
+    pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Body, Error> {
         self.request(
             target.uri.clone(),
             target.peer(),
@@ -208,7 +225,7 @@ impl Client {
         peer: Peer,
         deadline: Instant,
         timeout: Duration,
-    ) -> Result<Bytes, Error> {
+    ) -> Result<Body, Error> {
         let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         if !https && !self.inner.plain_http {
             return Err(Error::PlainHttpRefused {
@@ -231,7 +248,7 @@ impl Client {
         }
     }
 
-    async fn send(&self, request: Request<Empty<Bytes>>) -> Result<Bytes, Failure> {
+    async fn send(&self, request: Request<Empty<Bytes>>) -> Result<Body, Failure> {
         let response = self.inner.http.request(request).await.map_err(classify)?;
         let status = response.status();
         if status != StatusCode::OK {
@@ -246,19 +263,88 @@ impl Client {
         if declared.is_some_and(|len| len > limit as u64) {
             return Err(Failure::TooLarge(limit));
         }
-        let collected = Limited::new(response.into_body(), limit)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    Failure::TooLarge(limit)
-                } else {
-                    Failure::Body(e)
-                }
-            })?;
-        Ok(collected.to_bytes())
+        read_body(response.into_body(), limit, declared, &self.inner.budget).await
     }
 }
+
+/// A kubelet response body, holding its share of [`Config::max_bodies_bytes`] until dropped
+/// (after it was parsed and stored).
+#[derive(Debug)]
+pub struct Body {
+    bytes: Bytes,
+    _budget: OwnedSemaphorePermit,
+}
+
+impl Body {
+    /// The bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+fn units(bytes: usize) -> usize {
+    bytes.div_ceil(BUDGET_UNIT)
+}
+
+/// Reads a body into one buffer (sized from Content-Length when there is one, doubling
+/// otherwise), taking room from `budget` before each growth: the total of bodies in flight
+/// stays bounded, and a body over `limit` fails as soon as it passes it.
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    limit: usize,
+    declared: Option<u64>,
+    budget: &Arc<Semaphore>,
+) -> Result<Body, Failure> {
+    let initial = declared.map_or(INITIAL_BODY_BYTES, |len| {
+        usize::try_from(len).unwrap_or(limit)
+    });
+    let mut buf: Vec<u8> = Vec::new();
+    let mut held = take(budget, units(initial.min(limit))).await?;
+    buf.reserve_exact(held.num_permits() * BUDGET_UNIT);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Failure::Body(e.into()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let needed = buf.len() + data.len();
+        if needed > limit {
+            return Err(Failure::TooLarge(limit));
+        }
+        if needed > buf.capacity() {
+            let grown = needed.max(buf.capacity() * 2).min(limit);
+            let more = units(grown).saturating_sub(held.num_permits());
+            if more > 0 {
+                held.merge(take(budget, more).await?);
+            }
+            buf.reserve_exact(grown - buf.len());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(Body {
+        bytes: Bytes::from(buf),
+        _budget: held,
+    })
+}
+
+/// `units` of room, waiting while other bodies hold it (the request's deadline bounds the
+/// wait).
+async fn take(budget: &Arc<Semaphore>, units: usize) -> Result<OwnedSemaphorePermit, Failure> {
+    let units = u32::try_from(units).unwrap_or(u32::MAX);
+    Arc::clone(budget)
+        .acquire_many_owned(units)
+        .await
+        .map_err(|_| Failure::TooLarge(0))
+}
+
+/// The first buffer of a body without a Content-Length (chunked).
+const INITIAL_BODY_BYTES: usize = 64 * 1024;
 
 /// A failure before the peer is attached.
 enum Failure {
