@@ -4,9 +4,11 @@
 //!
 //! # Layout
 //! - [`routes`] maps a path → [`routes::Route`].
-//! - [`accept`] does `Accept` negotiation (JSON, Table, PartialObjectMetadata, discovery v2).
+//! - [`accept`] does `Accept` negotiation (JSON, protobuf, Table, PartialObjectMetadata,
+//!   discovery v2).
 //! - [`query`] decodes the query string decoding as Go's `url.ParseQuery`.
 //! - [`encode`], [`json`], [`quantity`], [`time`] are the hand-written JSON writers.
+//! - [`proto`] writes the same objects in Kubernetes protobuf.
 //! - [`body`] streams list bodies.
 //! - [`discovery`], [`openapi`] hold the documents built once at startup.
 //! - [`metrics`] holds `metrics_server_api_metric_freshness_seconds`.
@@ -18,6 +20,7 @@ pub mod encode;
 pub mod json;
 pub mod metrics;
 pub mod openapi;
+pub mod proto;
 pub mod quantity;
 pub mod query;
 pub mod routes;
@@ -26,6 +29,10 @@ pub mod time;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod proto_tests;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -39,12 +46,13 @@ use scraper::point::{PodKey, PodUsage, Usage};
 use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 
-use self::accept::{Endpoint, Target};
+use self::accept::{Endpoint, Format, Target};
 use self::body::{ListBody, WriteItem};
 use self::discovery::{AGGREGATED_CONTENT_TYPE, Discovery};
 use self::encode::{Ctx, Include, NodeItem, PodItem};
 use self::metrics::Freshness;
 use self::openapi::{Doc, OpenApi};
+use self::proto::Writer;
 use self::routes::{Resource, Route, Version};
 use crate::Body;
 use crate::status::Status;
@@ -176,12 +184,18 @@ fn header_str<'a>(parts: &'a Parts, name: header::HeaderName) -> Option<Cow<'a, 
 }
 
 /// `GET`/`HEAD` only; anything else is go-restful's 405 through the apiserver's error handler.
-fn method_not_allowed() -> Response<Body> {
-    Status::method_not_allowed_generic().into_response()
+fn method_not_allowed(accept: Option<&str>) -> Response<Body> {
+    Status::method_not_allowed_generic().into_response_for(accept)
 }
 
 fn not_acceptable() -> Response<Body> {
     Status::not_acceptable(accept::NOT_ACCEPTABLE).into_response()
+}
+
+/// The 406 of NodeMetrics / PodMetrics: always JSON (`WriteObjectNegotiated` writes the
+/// negotiation failure with `WriteRawJSON`).
+fn not_acceptable_resource() -> Response<Body> {
+    Status::not_acceptable(accept::NOT_ACCEPTABLE_RESOURCE).into_response()
 }
 
 /// A list request's selectors.
@@ -212,14 +226,14 @@ impl<S: Source> Handler<S> {
     /// See [`Api::handle`].
     pub fn handle(&self, parts: &Parts, now_ns: i64) -> Option<Response<Body>> {
         let route = routes::route(parts.uri.path())?;
-        if route == Route::NotFound {
-            return Some(Status::no_route().into_response());
-        }
-        if parts.method != Method::GET && parts.method != Method::HEAD {
-            return Some(method_not_allowed());
-        }
         let accept = header_str(parts, header::ACCEPT);
         let accept = accept.as_deref();
+        if route == Route::NotFound {
+            return Some(Status::no_route().into_response_for(accept));
+        }
+        if parts.method != Method::GET && parts.method != Method::HEAD {
+            return Some(method_not_allowed(accept));
+        }
         Some(match route {
             Route::Apis => self.apis(parts, accept),
             Route::Group => plain(accept, &self.discovery.group),
@@ -232,7 +246,7 @@ impl<S: Source> Handler<S> {
                 serve_doc(parts, self.openapi.v3(v), Some(&path), now_ns)
             }
             Route::Version => json_response(crate::full(self.discovery.version.clone())),
-            Route::NotFound => Status::no_route().into_response(),
+            Route::NotFound => Status::no_route().into_response_for(accept),
         })
     }
 
@@ -267,8 +281,8 @@ impl<S: Source> Handler<S> {
         r: Resource<'_>,
         now_ns: i64,
     ) -> Response<Body> {
-        let Some(target) = accept::negotiate(accept, Endpoint::Resource) else {
-            return not_acceptable();
+        let Some((format, target)) = accept::negotiate_resource(accept) else {
+            return not_acceptable_resource();
         };
         let query = parts.uri.query();
         let mut ctx = Ctx::new(v.group_version(), now_ns);
@@ -291,40 +305,40 @@ impl<S: Source> Handler<S> {
                 "unrecognized includeObject value: {}",
                 go_quote(value)
             ))
-            .into_response()
+            .into_response_for(accept)
         };
         match r {
             Resource::Nodes | Resource::Pods(_) => {
                 let list = match self.list_query(query, &r) {
                     Ok(q) => q,
-                    Err(status) => return status.into_response(),
+                    Err(status) => return status.into_response_for(accept),
                 };
                 match r {
                     Resource::Pods(ns) => {
                         let items = self.list_pods(ns.as_deref(), &list, now_ns);
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
-                            _ => pods_list(target, ctx, items),
+                            _ => pods_list(format, target, ctx, items, accept),
                         }
                     }
                     _ => {
                         let items = self.list_nodes(&list, now_ns);
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
-                            _ => nodes_list(target, ctx, items),
+                            _ => nodes_list(format, target, ctx, items, accept),
                         }
                     }
                 }
             }
             Resource::Node(name) => match (self.get_node(&name, now_ns), bad_include) {
-                (Err(status), _) => status.into_response(),
+                (Err(status), _) => status.into_response_for(accept),
                 (Ok(_), Some(v)) => bad(&v),
-                (Ok(item), None) => single(target, &ctx, SingleItem::Node(&item)),
+                (Ok(item), None) => single(format, target, &ctx, SingleItem::Node(&item), accept),
             },
             Resource::Pod(ns, name) => match (self.get_pod(&ns, &name, now_ns), bad_include) {
-                (Err(status), _) => status.into_response(),
+                (Err(status), _) => status.into_response_for(accept),
                 (Ok(_), Some(v)) => bad(&v),
-                (Ok(item), None) => single(target, &ctx, SingleItem::Pod(&item)),
+                (Ok(item), None) => single(format, target, &ctx, SingleItem::Pod(&item), accept),
             },
         }
     }
@@ -549,10 +563,19 @@ enum SingleItem<'a> {
 }
 
 /// A single object in the negotiated form.
-fn single(target: Target, ctx: &Ctx, item: SingleItem<'_>) -> Response<Body> {
+fn single(
+    format: Format,
+    target: Target,
+    ctx: &Ctx,
+    item: SingleItem<'_>,
+    accept: Option<&str>,
+) -> Response<Body> {
+    if format == Format::Protobuf {
+        return proto_single(target, ctx, item, accept);
+    }
     let mut out = Vec::with_capacity(1024);
     match target {
-        Target::Json | Target::DiscoveryV2 => match item {
+        Target::Object | Target::DiscoveryV2 => match item {
             SingleItem::Node(n) => encode::write_node(&mut out, ctx, n, true),
             SingleItem::Pod(p) => encode::write_pod(&mut out, ctx, p, true),
         },
@@ -560,16 +583,7 @@ fn single(target: Target, ctx: &Ctx, item: SingleItem<'_>) -> Response<Body> {
             SingleItem::Node(n) => encode::write_node_partial(&mut out, ctx, n),
             SingleItem::Pod(p) => encode::write_pod_partial(&mut out, ctx, p),
         },
-        Target::PartialList(_) => {
-            let t = match item {
-                SingleItem::Node(_) => "*metrics.NodeMetrics",
-                SingleItem::Pod(_) => "*metrics.PodMetrics",
-            };
-            return Status::not_acceptable(format!(
-                "you requested PartialObjectMetadataList, but the requested object is not a list ({t})"
-            ))
-            .into_response();
-        }
+        Target::PartialList(_) => return not_a_list(&item, accept),
         Target::Table(_) => {
             let mut ctx = ctx.clone();
             if let SingleItem::Pod(p) = item {
@@ -585,6 +599,64 @@ fn single(target: Target, ctx: &Ctx, item: SingleItem<'_>) -> Response<Body> {
     }
     out.push(b'\n');
     json_response(crate::full(out))
+}
+
+/// The 406 for `as=PartialObjectMetadataList` on a single object.
+fn not_a_list(item: &SingleItem<'_>, accept: Option<&str>) -> Response<Body> {
+    let t = match item {
+        SingleItem::Node(_) => "*metrics.NodeMetrics",
+        SingleItem::Pod(_) => "*metrics.PodMetrics",
+    };
+    Status::not_acceptable(format!(
+        "you requested PartialObjectMetadataList, but the requested object is not a list ({t})"
+    ))
+    .into_response_for(accept)
+}
+
+/// The 406 for `as=PartialObjectMetadata` on a list.
+fn not_an_object(go_type: &str, accept: Option<&str>) -> Response<Body> {
+    Status::not_acceptable(format!(
+        "you requested PartialObjectMetadata, but the requested object is a list ({go_type})"
+    ))
+    .into_response_for(accept)
+}
+
+/// A single object in protobuf: the object itself or its PartialObjectMetadata (Table is
+/// JSON only: negotiation never picks protobuf for it).
+fn proto_single(
+    target: Target,
+    ctx: &Ctx,
+    item: SingleItem<'_>,
+    accept: Option<&str>,
+) -> Response<Body> {
+    let partial = match target {
+        Target::PartialList(_) => return not_a_list(&item, accept),
+        Target::Partial(_) => true,
+        Target::Object | Target::DiscoveryV2 | Target::Table(_) => false,
+    };
+    let body = match (item, partial) {
+        (SingleItem::Node(n), false) => {
+            proto::single(ctx, ctx.api_version, "NodeMetrics", n, proto::NODE)
+        }
+        (SingleItem::Pod(p), false) => {
+            proto::single(ctx, ctx.api_version, "PodMetrics", p, proto::POD)
+        }
+        (SingleItem::Node(n), true) => proto::single(
+            ctx,
+            ctx.meta_api_version,
+            "PartialObjectMetadata",
+            n,
+            proto::NODE_PARTIAL,
+        ),
+        (SingleItem::Pod(p), true) => proto::single(
+            ctx,
+            ctx.meta_api_version,
+            "PartialObjectMetadata",
+            p,
+            proto::POD_PARTIAL,
+        ),
+    };
+    response(StatusCode::OK, accept::PROTOBUF, crate::full(body))
 }
 
 /// `{"kind":"Table",...,"rows":[` (or the whole empty Table when there are no rows).
@@ -615,14 +687,20 @@ struct ListKind<T> {
     json: WriteItem<T>,
     partial: WriteItem<T>,
     row: WriteItem<T>,
+    /// The protobuf message and its list item.
+    proto: (Writer<T>, WriteItem<T>),
+    /// The protobuf PartialObjectMetadata and its list item.
+    proto_partial: (Writer<T>, WriteItem<T>),
 }
 
 /// Streams a list in the negotiated form.
 fn list_body<T: Send + Sync + Unpin + 'static>(
+    format: Format,
     target: Target,
     ctx: Ctx,
     items: Vec<T>,
     k: ListKind<T>,
+    accept: Option<&str>,
 ) -> Response<Body> {
     let ListKind {
         kind: list_kind,
@@ -630,10 +708,33 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
         json,
         partial,
         row,
+        proto,
+        proto_partial,
     } = k;
+    if format == Format::Protobuf {
+        let (api_version, kind, (writer, write)) = match target {
+            Target::Partial(_) => return not_an_object(go_type, accept),
+            Target::PartialList(_) => (
+                ctx.meta_api_version,
+                "PartialObjectMetadataList",
+                proto_partial,
+            ),
+            Target::Object | Target::DiscoveryV2 | Target::Table(_) => {
+                (ctx.api_version, list_kind, proto)
+            }
+        };
+        // `raw`'s length goes first, so every item is measured before the first is written.
+        let head = proto::list_head(api_version, kind, proto::list_len(&ctx, &items, writer));
+        let body = ListBody::new(head, items, proto::ENVELOPE_TAIL, ctx, write);
+        return response(
+            StatusCode::OK,
+            accept::PROTOBUF,
+            body.without_separator().into_body(),
+        );
+    }
     let mut head = Vec::with_capacity(1024);
     let (write, tail): (WriteItem<T>, &'static [u8]) = match target {
-        Target::Json | Target::DiscoveryV2 => {
+        Target::Object | Target::DiscoveryV2 => {
             list_head(&mut head, list_kind, ctx.api_version);
             head.push(b'[');
             (json, b"]}\n")
@@ -647,12 +748,7 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             head.push(b'[');
             (partial, b"]}\n")
         }
-        Target::Partial(_) => {
-            return Status::not_acceptable(format!(
-                "you requested PartialObjectMetadata, but the requested object is a list ({go_type})"
-            ))
-            .into_response();
-        }
+        Target::Partial(_) => return not_an_object(go_type, accept),
         Target::Table(_) => {
             if items.is_empty() {
                 table_head(&mut head, &ctx, false);
@@ -666,8 +762,15 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
     json_response(ListBody::new(head, items, tail, ctx, write).into_body())
 }
 
-fn nodes_list(target: Target, ctx: Ctx, items: Vec<NodeItem>) -> Response<Body> {
+fn nodes_list(
+    format: Format,
+    target: Target,
+    ctx: Ctx,
+    items: Vec<NodeItem>,
+    accept: Option<&str>,
+) -> Response<Body> {
     list_body(
+        format,
         target,
         ctx,
         items,
@@ -677,15 +780,25 @@ fn nodes_list(target: Target, ctx: Ctx, items: Vec<NodeItem>) -> Response<Body> 
             json: |out, ctx, item| encode::write_node(out, ctx, item, false),
             partial: encode::write_node_partial,
             row: encode::write_node_row,
+            proto: (proto::NODE, proto::node_item),
+            proto_partial: (proto::NODE_PARTIAL, proto::node_partial_item),
         },
+        accept,
     )
 }
 
-fn pods_list(target: Target, mut ctx: Ctx, items: Vec<PodItem>) -> Response<Body> {
+fn pods_list(
+    format: Format,
+    target: Target,
+    mut ctx: Ctx,
+    items: Vec<PodItem>,
+    accept: Option<&str>,
+) -> Response<Body> {
     if let Some(first) = items.first() {
         ctx.usage_columns = !first.usage.containers.is_empty();
     }
     list_body(
+        format,
         target,
         ctx,
         items,
@@ -695,6 +808,9 @@ fn pods_list(target: Target, mut ctx: Ctx, items: Vec<PodItem>) -> Response<Body
             json: |out, ctx, item| encode::write_pod(out, ctx, item, false),
             partial: encode::write_pod_partial,
             row: encode::write_pod_row,
+            proto: (proto::POD, proto::pod_item),
+            proto_partial: (proto::POD_PARTIAL, proto::pod_partial_item),
         },
+        accept,
     )
 }
