@@ -278,6 +278,14 @@ impl Status {
         self.into_format(format)
     }
 
+    /// [`into_response_for`](Self::into_response_for) the request's `Accept` header.
+    pub fn into_negotiated(self, request_headers: &http::HeaderMap) -> Response<Body> {
+        let accept = request_headers
+            .get(header::ACCEPT)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()));
+        self.into_response_for(accept.as_deref())
+    }
+
     fn into_format(self, format: Format) -> Response<Body> {
         let code = StatusCode::from_u16(self.http).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let retry = self.details.as_ref().and_then(|d| d.retry_after_seconds);
