@@ -315,10 +315,26 @@ impl<S: Source> Handler<S> {
                 };
                 match r {
                     Resource::Pods(ns) => {
-                        let items = self.list_pods(ns.as_deref(), &list, now_ns);
+                        // Protobuf needs the length of the whole list first: measure each
+                        // item as it is selected, while its data is in cache.
+                        let mut measured = None;
+                        let items = if format == Format::Protobuf {
+                            let measure = match target {
+                                Target::PartialList(_) => proto::POD_PARTIAL.len,
+                                _ => proto::POD.len,
+                            };
+                            let mut raw_len = proto::EMPTY_LIST_META.len();
+                            let items = self.list_pods(ns.as_deref(), &list, now_ns, |item| {
+                                raw_len += proto::field_len(2, measure(&ctx, item));
+                            });
+                            measured = Some(raw_len);
+                            items
+                        } else {
+                            self.list_pods(ns.as_deref(), &list, now_ns, |_| {})
+                        };
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
-                            _ => pods_list(format, target, ctx, items, accept),
+                            _ => pods_list(format, target, ctx, items, measured, accept),
                         }
                     }
                     _ => {
@@ -397,7 +413,15 @@ impl<S: Source> Handler<S> {
         self.list_nodes_for(&q.labels, &q.fields, now_ns)
     }
 
-    fn list_pods(&self, namespace: Option<&str>, q: &ListQuery, now_ns: i64) -> Vec<PodItem> {
+    /// Pods matching the selectors, with usage, sorted by namespace and name; `visit` sees
+    /// each as it is selected.
+    fn list_pods(
+        &self,
+        namespace: Option<&str>,
+        q: &ListQuery,
+        now_ns: i64,
+        mut visit: impl FnMut(&PodItem),
+    ) -> Vec<PodItem> {
         // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
         let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
         let pods = self.source.pods(namespace);
@@ -421,10 +445,12 @@ impl<S: Source> Handler<S> {
             }
             if let Some(usage) = self.source.pod_usage(&key.namespace, &key.name, now_ns) {
                 batch.observe(now_ns, usage.timestamp_ns);
-                items.push(PodItem {
+                let item = PodItem {
                     record: Arc::clone(record),
                     usage,
-                });
+                };
+                visit(&item);
+                items.push(item);
             }
         }
         if !sorted {
@@ -700,6 +726,7 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
     ctx: Ctx,
     items: Vec<T>,
     k: ListKind<T>,
+    measured: Option<usize>,
     accept: Option<&str>,
 ) -> Response<Body> {
     let ListKind {
@@ -724,7 +751,8 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             }
         };
         // `raw`'s length goes first, so every item is measured before the first is written.
-        let head = proto::list_head(api_version, kind, proto::list_len(&ctx, &items, writer));
+        let raw_len = measured.unwrap_or_else(|| proto::list_len(&ctx, &items, writer));
+        let head = proto::list_head(api_version, kind, raw_len);
         let body = ListBody::new(head, items, proto::ENVELOPE_TAIL, ctx, write);
         return response(
             StatusCode::OK,
@@ -783,6 +811,7 @@ fn nodes_list(
             proto: (proto::NODE, proto::node_item),
             proto_partial: (proto::NODE_PARTIAL, proto::node_partial_item),
         },
+        None,
         accept,
     )
 }
@@ -792,6 +821,7 @@ fn pods_list(
     target: Target,
     mut ctx: Ctx,
     items: Vec<PodItem>,
+    measured: Option<usize>,
     accept: Option<&str>,
 ) -> Response<Body> {
     if let Some(first) = items.first() {
@@ -811,6 +841,7 @@ fn pods_list(
             proto: (proto::POD, proto::pod_item),
             proto_partial: (proto::POD_PARTIAL, proto::pod_partial_item),
         },
+        measured,
         accept,
     )
 }

@@ -24,9 +24,12 @@
 //! JSON carries), `PartialObjectMetadata {metadata = 1}`.
 //!
 //! gogo writes every non-pointer field, empty or zero, in field-number order, and map entries
-//! sorted by key; so do these writers. Each `*_len` computes a message's length without
-//! writing it: protobuf needs a length before the bytes, and a list's envelope needs the
-//! length of all of `raw` before the first item is streamed.
+//! sorted by key; so do these writers. A nested message's length is filled in once its bytes
+//! are written ([`open`] reserves the usual number of bytes, [`close`] writes the varint and
+//! moves the body in the rare case it needs another size), so each value is formatted once.
+//! A list's envelope needs the length of all of `raw` before the first item is streamed:
+//! each `*_len` computes a message's length arithmetically, without writing it, and the
+//! handler sums them while it selects the items (the data is in cache then).
 
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use scraper::inventory::Labels;
@@ -79,6 +82,42 @@ pub fn put_varint(out: &mut Vec<u8>, tag: u32, value: u64) {
     encode_varint(value, out);
 }
 
+/// Starts length-delimited field `tag` with `reserved` bytes for its length; returns where
+/// the length goes. [`close`] fills it in.
+#[inline]
+pub fn open(out: &mut Vec<u8>, tag: u32, reserved: usize) -> usize {
+    encode_key(tag, WireType::LengthDelimited, out);
+    let at = out.len();
+    out.resize(at + reserved, 0);
+    at
+}
+
+/// Writes the length of everything after the bytes [`open`] reserved at `at`.
+#[inline]
+pub fn close(out: &mut Vec<u8>, at: usize, reserved: usize) {
+    let len = out.len() - at - reserved;
+    let need = encoded_len_varint(len as u64);
+    if need != reserved {
+        resize_gap(out, at, reserved, need);
+    }
+    let mut slot = &mut out[at..at + need];
+    encode_varint(len as u64, &mut slot);
+}
+
+/// Makes the `reserved`-byte gap at `at` `need` bytes long, moving what follows.
+#[cold]
+fn resize_gap(out: &mut Vec<u8>, at: usize, reserved: usize, need: usize) {
+    let body = at + reserved;
+    let end = out.len();
+    if need > reserved {
+        out.resize(end + need - reserved, 0);
+        out.copy_within(body..end, at + need);
+    } else {
+        out.copy_within(body..end, at + need);
+        out.truncate(end - (reserved - need));
+    }
+}
+
 /// The magic and `runtime.Unknown` up to `raw`'s bytes: `typeMeta`, then `raw`'s key and
 /// length. The caller writes `raw_len` bytes, then [`ENVELOPE_TAIL`].
 pub fn put_envelope_head(out: &mut Vec<u8>, api_version: &str, kind: &str, raw_len: usize) {
@@ -99,7 +138,9 @@ fn time_len(unix_ns: i64) -> usize {
 }
 
 fn put_time(out: &mut Vec<u8>, tag: u32, unix_ns: i64) {
-    put_header(out, tag, time_len(unix_ns));
+    // At most 1 + 10 + 2 bytes: the length is one byte.
+    out.push((tag << 3 | 2) as u8);
+    out.push(time_len(unix_ns) as u8);
     put_varint(out, 1, unix_ns.div_euclid(NS_PER_S) as u64);
     put_varint(out, 2, 0);
 }
@@ -110,7 +151,8 @@ fn duration_len(ns: i64) -> usize {
 }
 
 fn put_duration(out: &mut Vec<u8>, tag: u32, ns: i64) {
-    put_header(out, tag, duration_len(ns));
+    out.push((tag << 3 | 2) as u8);
+    out.push(duration_len(ns) as u8);
     put_varint(out, 1, ns as u64);
 }
 
@@ -181,16 +223,16 @@ impl Resources {
 
     fn write(self, out: &mut Vec<u8>, tag: u32) {
         for (key, q) in self.entries() {
-            let string_len = q.string_len();
-            put_header(
-                out,
-                tag,
-                field_len(1, key.len()) + field_len(2, field_len(1, string_len)),
-            );
+            // An entry is under 128 bytes (a key of at most 6, a quantity of at most 41), so
+            // every length here is one byte.
+            let entry = open(out, tag, 1);
             put_str(out, 1, key);
-            put_header(out, 2, field_len(1, string_len));
-            put_header(out, 1, string_len);
+            let value = open(out, 2, 1);
+            let string = open(out, 1, 1);
             q.write(out);
+            close(out, string, 1);
+            close(out, value, 1);
+            close(out, entry, 1);
         }
     }
 }
@@ -238,7 +280,7 @@ impl Meta<'_> {
     }
 
     fn write(&self, out: &mut Vec<u8>, ctx: &Ctx, tag: u32) {
-        put_header(out, tag, self.len(ctx));
+        let at = open(out, tag, 1);
         put_str(out, 1, self.name);
         put_str(out, 2, "");
         put_str(out, 3, self.namespace);
@@ -252,6 +294,7 @@ impl Meta<'_> {
             put_str(out, 1, k);
             put_str(out, 2, v);
         }
+        close(out, at, 1);
     }
 }
 
@@ -303,9 +346,10 @@ pub fn write_pod(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
     put_time(out, 2, item.usage.timestamp_ns);
     put_duration(out, 3, item.usage.window_ns);
     for c in item.usage.containers.iter() {
-        put_header(out, 4, container_len(c));
+        let at = open(out, 4, 1);
         put_str(out, 1, &c.name);
         Resources::of_container(c).write(out, 2);
+        close(out, at, 1);
     }
 }
 
@@ -332,7 +376,7 @@ pub fn write_pod_partial(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
 /// How one message kind is measured and written.
 #[derive(Clone, Copy)]
 pub struct Writer<T> {
-    /// The message's length.
+    /// The message's length, computed without writing it.
     pub len: fn(&Ctx, &T) -> usize,
     /// The message's fields.
     pub write: fn(&mut Vec<u8>, &Ctx, &T),
@@ -340,10 +384,15 @@ pub struct Writer<T> {
 
 /// A whole single-object body: envelope, message, tail.
 pub fn single<T>(ctx: &Ctx, api_version: &str, kind: &str, item: &T, w: Writer<T>) -> Vec<u8> {
-    let len = (w.len)(ctx, item);
-    let mut out = Vec::with_capacity(len + 64);
-    put_envelope_head(&mut out, api_version, kind, len);
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(MAGIC);
+    let type_meta = open(&mut out, 1, 1);
+    put_str(&mut out, 1, api_version);
+    put_str(&mut out, 2, kind);
+    close(&mut out, type_meta, 1);
+    let raw = open(&mut out, 2, 2);
     (w.write)(&mut out, ctx, item);
+    close(&mut out, raw, 2);
     out.extend_from_slice(ENVELOPE_TAIL);
     out
 }
@@ -366,10 +415,12 @@ pub fn list_head(api_version: &str, kind: &str, raw_len: usize) -> Vec<u8> {
     head
 }
 
-/// One list item: field 2, its length, its message.
+/// One list item: field 2, its length, its message (most items take 128 bytes or more:
+/// two bytes of length are reserved).
 pub fn write_list_item<T>(out: &mut Vec<u8>, ctx: &Ctx, item: &T, w: Writer<T>) {
-    put_header(out, 2, (w.len)(ctx, item));
+    let at = open(out, 2, 2);
     (w.write)(out, ctx, item);
+    close(out, at, 2);
 }
 
 /// NodeMetrics.
@@ -461,5 +512,94 @@ mod tests {
         want.extend_from_slice(&raw);
         want.extend_from_slice(ENVELOPE_TAIL);
         assert_eq!(body, want);
+    }
+
+    /// `*_len` (used for the list envelope) agrees with what the writers write, including
+    /// the lengths that do not fit the reserved bytes (long names, many labels).
+    #[test]
+    fn lengths_match_what_is_written() {
+        use scraper::inventory::PodRecord;
+        use scraper::point::{PodKey, PodUsage};
+
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2_000 {
+            let long = "x".repeat((next() % 300) as usize);
+            let labels: Vec<(Arc<str>, Arc<str>)> = (0..next() % 12)
+                .map(|i| (Arc::from(format!("k{i:02}{long}")), Arc::from("v")))
+                .collect();
+            let containers: Vec<ContainerUsage> = (0..next() % 4)
+                .map(|i| ContainerUsage {
+                    name: Arc::from(format!("c{i}{}", &long[..long.len().min(round % 200)])),
+                    cpu_nanocores: next() >> (next() % 64),
+                    memory_bytes: next() >> (next() % 64),
+                    swap_bytes: (next() % 2 == 0).then(|| next() >> (next() % 64)),
+                })
+                .collect();
+            let ts = next() as i64;
+            let pod = PodItem {
+                record: Arc::new(PodRecord {
+                    key: PodKey::new("ns", &format!("p{}", &long[..long.len().min(round % 150)])),
+                    labels: Labels(labels.clone().into()),
+                    node_name: None,
+                }),
+                usage: Arc::new(PodUsage {
+                    node: NodeName::from("n"),
+                    timestamp_ns: ts,
+                    window_ns: next() as i64,
+                    containers: containers.clone().into(),
+                }),
+            };
+            let node = NodeItem {
+                record: Arc::new(NodeRecord {
+                    name: NodeName::from(long.as_str()),
+                    labels: Labels(labels.into()),
+                    addresses: Vec::new(),
+                    kubelet_port: None,
+                    metrics_path: None,
+                }),
+                usage: Usage {
+                    timestamp_ns: ts,
+                    window_ns: -(next() as i64 >> 3),
+                    cpu_nanocores: next(),
+                    memory_bytes: next() >> 20,
+                    swap_bytes: containers.first().and_then(|c| c.swap_bytes),
+                },
+            };
+            let ctx = Ctx::new("metrics.k8s.io/v1", next() as i64);
+            let written = |write: &dyn Fn(&mut Vec<u8>)| {
+                let mut out = vec![0xff; 3];
+                write(&mut out);
+                out.len() - 3
+            };
+            assert_eq!(written(&|o| write_pod(o, &ctx, &pod)), pod_len(&ctx, &pod));
+            assert_eq!(
+                written(&|o| write_node(o, &ctx, &node)),
+                node_len(&ctx, &node)
+            );
+            assert_eq!(
+                written(&|o| write_pod_partial(o, &ctx, &pod)),
+                pod_partial_len(&ctx, &pod)
+            );
+            assert_eq!(
+                written(&|o| pod_item(o, &ctx, &pod)),
+                field_len(2, pod_len(&ctx, &pod))
+            );
+            let items = [pod.clone(), pod];
+            let mut list = list_head("v", "k", list_len(&ctx, &items, POD));
+            let head = list.len();
+            for item in &items {
+                pod_item(&mut list, &ctx, item);
+            }
+            assert_eq!(
+                list.len() - head + EMPTY_LIST_META.len(),
+                list_len(&ctx, &items, POD)
+            );
+        }
     }
 }
