@@ -61,11 +61,31 @@ pub fn varint_field_len(tag: u32, value: u64) -> usize {
     key_len(tag) + encoded_len_varint(value)
 }
 
+/// A field key: one byte for the tags used here (< 16), prost's `encode_key` otherwise.
+#[inline(always)]
+fn put_key(out: &mut Vec<u8>, tag: u32, wire_type: WireType) {
+    if tag < 16 {
+        out.push((tag << 3 | wire_type as u32) as u8);
+    } else {
+        encode_key(tag, wire_type, out);
+    }
+}
+
+/// A varint, with the one-byte case inline (most lengths here are under 128).
+#[inline(always)]
+fn put_uvarint(out: &mut Vec<u8>, value: u64) {
+    if value < 0x80 {
+        out.push(value as u8);
+    } else {
+        encode_varint(value, out);
+    }
+}
+
 /// Key and length of a length-delimited field; the caller writes `body` bytes next.
 #[inline]
 pub fn put_header(out: &mut Vec<u8>, tag: u32, body: usize) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(body as u64, out);
+    put_key(out, tag, WireType::LengthDelimited);
+    put_uvarint(out, body as u64);
 }
 
 /// A string (or bytes) field.
@@ -78,17 +98,17 @@ pub fn put_str(out: &mut Vec<u8>, tag: u32, s: &str) {
 /// A varint field (`int32`/`int64` as two's complement).
 #[inline]
 pub fn put_varint(out: &mut Vec<u8>, tag: u32, value: u64) {
-    encode_key(tag, WireType::Varint, out);
-    encode_varint(value, out);
+    put_key(out, tag, WireType::Varint);
+    put_uvarint(out, value);
 }
 
 /// Starts length-delimited field `tag` with `reserved` bytes for its length; returns where
 /// the length goes. [`close`] fills it in.
 #[inline]
 pub fn open(out: &mut Vec<u8>, tag: u32, reserved: usize) -> usize {
-    encode_key(tag, WireType::LengthDelimited, out);
+    put_key(out, tag, WireType::LengthDelimited);
     let at = out.len();
-    out.resize(at + reserved, 0);
+    out.extend_from_slice(&[0; 3][..reserved.min(3)]);
     at
 }
 
@@ -96,12 +116,21 @@ pub fn open(out: &mut Vec<u8>, tag: u32, reserved: usize) -> usize {
 #[inline]
 pub fn close(out: &mut Vec<u8>, at: usize, reserved: usize) {
     let len = out.len() - at - reserved;
-    let need = encoded_len_varint(len as u64);
-    if need != reserved {
-        resize_gap(out, at, reserved, need);
+    match (reserved, len) {
+        (1, 0..0x80) => out[at] = len as u8,
+        (2, 0x80..0x4000) => {
+            out[at] = (len as u8) | 0x80;
+            out[at + 1] = (len >> 7) as u8;
+        }
+        _ => {
+            let need = encoded_len_varint(len as u64);
+            if need != reserved {
+                resize_gap(out, at, reserved, need);
+            }
+            let mut slot = &mut out[at..at + need];
+            encode_varint(len as u64, &mut slot);
+        }
     }
-    let mut slot = &mut out[at..at + need];
-    encode_varint(len as u64, &mut slot);
 }
 
 /// Makes the `reserved`-byte gap at `at` `need` bytes long, moving what follows.
@@ -222,18 +251,25 @@ impl Resources {
     }
 
     fn write(self, out: &mut Vec<u8>, tag: u32) {
-        for (key, q) in self.entries() {
-            // An entry is under 128 bytes (a key of at most 6, a quantity of at most 41), so
-            // every length here is one byte.
-            let entry = open(out, tag, 1);
-            put_str(out, 1, key);
-            let value = open(out, 2, 1);
-            let string = open(out, 1, 1);
-            q.write(out);
-            close(out, string, 1);
-            close(out, value, 1);
-            close(out, entry, 1);
+        Self::write_entry(out, tag, "cpu", Quantity::Cpu(self.cpu_nanocores));
+        Self::write_entry(out, tag, "memory", Quantity::Bytes(self.memory_bytes));
+        if let Some(swap) = self.swap_bytes {
+            Self::write_entry(out, tag, "swap", Quantity::Bytes(swap));
         }
+    }
+
+    #[inline]
+    fn write_entry(out: &mut Vec<u8>, tag: u32, key: &str, q: Quantity) {
+        // An entry is under 128 bytes (a key of at most 6, a quantity of at most 41), so
+        // every length here is one byte.
+        let entry = open(out, tag, 1);
+        put_str(out, 1, key);
+        let value = open(out, 2, 1);
+        let string = open(out, 1, 1);
+        q.write(out);
+        close(out, string, 1);
+        close(out, value, 1);
+        close(out, entry, 1);
     }
 }
 
@@ -282,12 +318,11 @@ impl Meta<'_> {
     fn write(&self, out: &mut Vec<u8>, ctx: &Ctx, tag: u32) {
         let at = open(out, tag, 1);
         put_str(out, 1, self.name);
-        put_str(out, 2, "");
+        // generateName = 2, empty.
+        out.extend_from_slice(&[0x12, 0x00]);
         put_str(out, 3, self.namespace);
-        put_str(out, 4, "");
-        put_str(out, 5, "");
-        put_str(out, 6, "");
-        put_varint(out, 7, 0);
+        // selfLink = 4, uid = 5, resourceVersion = 6 empty; generation = 7 zero.
+        out.extend_from_slice(&[0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00]);
         put_time(out, 8, ctx.creation_ns);
         for (k, v) in self.labels.iter() {
             put_header(out, 11, field_len(1, k.len()) + field_len(2, v.len()));
