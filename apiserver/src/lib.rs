@@ -26,6 +26,11 @@ pub mod status;
 
 pub use run::run;
 
+// Lets the shared test decoder (`tests/it/k8s_proto.rs`) name this crate the same way from
+// the unit tests and the integration tests.
+#[cfg(test)]
+extern crate self as apiserver;
+
 use std::convert::Infallible;
 
 use bytes::Bytes;

@@ -175,7 +175,9 @@ pub(crate) struct Reply {
     pub(crate) status: StatusCode,
     pub(crate) version: Version,
     pub(crate) headers: HeaderMap,
+    /// The body as text (lossy: protobuf bodies are read from `bytes`).
     pub(crate) body: String,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// GET on an established TLS stream, HTTP/2 when ALPN chose h2, else HTTP/1.1.
@@ -214,7 +216,8 @@ pub(crate) async fn get_on(
         status,
         version,
         headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+        bytes: body.to_vec(),
     }
 }
 
