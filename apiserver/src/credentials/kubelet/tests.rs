@@ -309,3 +309,28 @@ fn the_in_cluster_ca_file_is_watched_when_no_flag_names_a_ca() {
     let s = settings(&flags(&["--kubelet-insecure-tls"]).kubelet, Some(&kube)).unwrap();
     assert!(s.files.is_empty());
 }
+
+#[test]
+fn the_kubeconfig_client_certificate_files_are_watched_but_not_its_data() {
+    let files = Pki::new();
+    let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    kube.auth_info.client_certificate = Some(files.path("client.crt").display().to_string());
+    kube.auth_info.client_key = Some(files.path("client.key").display().to_string());
+    let s = settings(&flags(&["--kubelet-insecure-tls"]).kubelet, Some(&kube)).unwrap();
+    assert!(s.config.identity.is_some());
+    let client = Client::new(s.config).unwrap();
+    let mut reloaders = s.files.reloaders(&client, &Reloads::default());
+    assert_eq!(names(&reloaders), ["kubelet client certificate"]);
+    files.write_identity(&files.ca.issue(&client_spec()).unwrap());
+    assert!(reloaders[0].check().unwrap());
+
+    // Inline data (or a mix of data and a file) is read once.
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let issued = files.ca.issue(&client_spec()).unwrap();
+    kube.auth_info.client_certificate_data = Some(b64(&issued.cert_pem));
+    kube.auth_info.client_key = None;
+    kube.auth_info.client_key_data = Some(b64(&issued.key_pem).into());
+    let s = settings(&flags(&["--kubelet-insecure-tls"]).kubelet, Some(&kube)).unwrap();
+    assert_eq!(s.config.identity.unwrap().chain, issued.identity.chain);
+    assert!(s.files.is_empty());
+}
