@@ -16,12 +16,14 @@
 //!   never a union of both), and are reloaded by [`Authenticator::ca_file_reloaders`].
 //! - [`attributes`]: the authorization attributes of a request (`RequestInfoFactory`).
 //! - `sar`: the authorizer (groups, paths, SubjectAccessReview) and the 403 wording.
-//! - `cache`: the bounded TTL cache of review answers.
+//! - `review`: what every review call goes through: the bounded LRU cache of answers, one
+//!   call in flight per question, the review budget (429 past it), one retry of a transient
+//!   failure.
 
 pub mod attributes;
-mod cache;
 pub mod configmap;
 pub mod requestheader;
+mod review;
 mod sar;
 mod token;
 mod x509;
@@ -30,6 +32,7 @@ mod x509;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -42,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::credentials::{self, Reloader, Reloads};
 
 pub use attributes::{Attributes, ResourceRequest, attributes};
+pub use review::ReviewLimits;
 pub use sar::{Authorizer, AuthzConfig, AuthzError, Decision, forbidden, review_spec};
 
 use requestheader::{HeaderNames, RequestHeader};
@@ -119,6 +123,8 @@ pub struct AuthnConfig {
     pub tolerate_lookup_failure: bool,
     /// Bound on one TokenReview call.
     pub token_review_timeout: Duration,
+    /// The TokenReview budget.
+    pub review_limits: ReviewLimits,
 }
 
 impl Default for AuthnConfig {
@@ -136,6 +142,7 @@ impl Default for AuthnConfig {
             skip_lookup: false,
             tolerate_lookup_failure: false,
             token_review_timeout: Duration::from_secs(10),
+            review_limits: ReviewLimits::default(),
         }
     }
 }
@@ -163,6 +170,32 @@ pub enum AuthnError {
     /// An authenticator rejected the request and none accepted it: 401.
     #[error("authentication failed: {}", .0.join("; "))]
     Rejected(Vec<String>),
+    /// The bearer token needs a TokenReview and the review budget is spent: 429, try again
+    /// after this long.
+    #[error("TokenReview budget spent; retry after {0:?}")]
+    Throttled(Duration),
+}
+
+/// How a request was authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// Request headers behind a front-proxy client certificate (the aggregator).
+    FrontProxy,
+    /// A client certificate of the client CA.
+    ClientCertificate,
+    /// A bearer token, by TokenReview.
+    Token,
+    /// No credential.
+    Anonymous,
+}
+
+/// An authenticated request's user and how it was authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    /// Who.
+    pub user: UserInfo,
+    /// How.
+    pub via: Via,
 }
 
 /// kube-apiserver's identity headers, stripped from every request whatever is configured.
@@ -254,6 +287,7 @@ impl Authenticator {
                 c,
                 config.token_webhook_cache_ttl,
                 config.token_review_timeout,
+                config.review_limits,
             )
         });
         let auth = Authenticator {
@@ -435,19 +469,35 @@ impl Authenticator {
         headers: &mut HeaderMap,
         peer_chain: Option<&[CertificateDer<'static>]>,
     ) -> Result<UserInfo, AuthnError> {
-        let user = self.chain(headers, peer_chain, UnixTime::now()).await;
-        if user.is_ok() {
+        self.authenticate_from(headers, peer_chain, None)
+            .await
+            .map(|a| a.user)
+    }
+
+    /// [`Authenticator::authenticate`] for a request from `source`, whose TokenReview (if it
+    /// needs one) counts against that address's review budget as well as the global one.
+    pub async fn authenticate_from(
+        &self,
+        headers: &mut HeaderMap,
+        peer_chain: Option<&[CertificateDer<'static>]>,
+        source: Option<IpAddr>,
+    ) -> Result<Authenticated, AuthnError> {
+        let authenticated = self
+            .chain(headers, peer_chain, source, UnixTime::now())
+            .await;
+        if authenticated.is_ok() {
             headers.remove(http::header::AUTHORIZATION);
         }
-        user
+        authenticated
     }
 
     async fn chain(
         &self,
         headers: &mut HeaderMap,
         peer_chain: Option<&[CertificateDer<'static>]>,
+        source: Option<IpAddr>,
         now: UnixTime,
-    ) -> Result<UserInfo, AuthnError> {
+    ) -> Result<Authenticated, AuthnError> {
         let trust = Arc::clone(&self.trust.read());
         let chain = peer_chain.filter(|c| !c.is_empty());
         let mut errors = Vec::new();
@@ -455,7 +505,7 @@ impl Authenticator {
 
         if let (Some(rh), Some(chain)) = (&trust.request_header, chain) {
             match rh.authenticate(headers, chain, now) {
-                Ok(found) => user = found,
+                Ok(found) => user = found.map(|u| (u, Via::FrontProxy)),
                 Err(e) => errors.push(e),
             }
         }
@@ -469,11 +519,12 @@ impl Authenticator {
         {
             match ca.verify(chain, now) {
                 Ok(subject) if !subject.common_name.is_empty() => {
-                    user = Some(UserInfo {
+                    let found = UserInfo {
                         name: subject.common_name,
                         groups: subject.organizations,
                         ..UserInfo::default()
-                    });
+                    };
+                    user = Some((found, Via::ClientCertificate));
                 }
                 Ok(_) => {}
                 Err(e) => errors.push(format!("verifying client certificate: {e}")),
@@ -483,16 +534,24 @@ impl Authenticator {
         if user.is_none()
             && let (Some(tokens), Some(token)) = (&self.tokens, token::bearer(headers))
         {
-            match tokens.review(token).await {
-                Ok(Review::User(u)) => user = Some(u),
+            match tokens.review(token, source).await {
+                Ok(Review::User(u)) => user = Some((u, Via::Token)),
                 Ok(Review::Rejected(reason)) => errors.push(reason),
-                Err(e) => errors.push(e),
+                Err(review::Failure::Throttled(wait)) => return Err(AuthnError::Throttled(wait)),
+                // As upstream: a review that cannot be made is a failed authentication.
+                Err(review::Failure::Call(e)) => errors.push(e),
             }
         }
 
         match user {
-            Some(user) => Ok(user.with_authenticated_group()),
-            None if errors.is_empty() => Ok(UserInfo::anonymous()),
+            Some((user, via)) => Ok(Authenticated {
+                user: user.with_authenticated_group(),
+                via,
+            }),
+            None if errors.is_empty() => Ok(Authenticated {
+                user: UserInfo::anonymous(),
+                via: Via::Anonymous,
+            }),
             None => {
                 tracing::debug!(errors = ?errors, "request rejected by authentication");
                 Err(AuthnError::Rejected(errors))

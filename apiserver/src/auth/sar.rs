@@ -1,24 +1,25 @@
 //! Delegated authorization (k8s.io/apiserver `pkg/authorization/authorizerfactory/delegating.go`
 //! and `plugin/pkg/authorizer/webhook`): `system:masters` always, the always-allowed paths,
-//! then a SubjectAccessReview whose answer is cached.
+//! then a SubjectAccessReview whose answer is cached, one review in flight per question and
+//! the reviews made held to the budget of [`super::review`].
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::{
     FieldSelectorAttributes, LabelSelectorAttributes, NonResourceAttributes, ResourceAttributes,
-    SubjectAccessReview, SubjectAccessReviewSpec,
+    SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     FieldSelectorRequirement, LabelSelectorRequirement,
 };
 use kube::Api;
 use kube::api::PostParams;
-use tokio::time::Instant;
 
 use super::UserInfo;
 use super::attributes::{Attributes, Requirement};
-use super::cache::{CAPACITY, TtlCache};
+use super::review::{self, Attempt, CAPACITY, Failure, Limiter, ReviewLimits, Reviews};
 use crate::status::{Details, Status};
 
 /// The delegated authorization flags.
@@ -34,6 +35,8 @@ pub struct AuthzConfig {
     pub unauthorized_ttl: Duration,
     /// Bound on one SubjectAccessReview call.
     pub timeout: Duration,
+    /// The SubjectAccessReview budget.
+    pub review_limits: ReviewLimits,
 }
 
 impl Default for AuthzConfig {
@@ -46,6 +49,7 @@ impl Default for AuthzConfig {
             authorized_ttl: Duration::from_secs(10),
             unauthorized_ttl: Duration::from_secs(10),
             timeout: Duration::from_secs(10),
+            review_limits: ReviewLimits::default(),
         }
     }
 }
@@ -65,6 +69,11 @@ pub enum Decision {
     Allow,
     /// 403, with the authorizer's reason (often empty).
     Deny(String),
+    /// 429: the review this needs is over the review budget; try again after this long.
+    Throttled(Duration),
+    /// 500: the review failed (after its retry); k8s.io/apiserver answers an authorizer's
+    /// error as an internal error, so a client retries instead of taking it for a "no".
+    Error(String),
 }
 
 /// Authorizes requests; cheap to share behind an `Arc`.
@@ -73,12 +82,13 @@ pub struct Authorizer {
     groups: Vec<String>,
     exact_paths: Vec<String>,
     prefix_paths: Vec<String>,
-    reviews: Option<Api<SubjectAccessReview>>,
+    reviews_api: Option<Api<SubjectAccessReview>>,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
     timeout: Duration,
     /// Keyed by the JSON of the review spec, as upstream.
-    cache: TtlCache<String, Decision>,
+    reviews: Reviews<String, Decision>,
+    limiter: Limiter,
 }
 
 impl Authorizer {
@@ -101,16 +111,29 @@ impl Authorizer {
             groups: config.always_allow_groups,
             exact_paths,
             prefix_paths,
-            reviews: client.map(Api::all),
+            reviews_api: client.map(Api::all),
             authorized_ttl: config.authorized_ttl,
             unauthorized_ttl: config.unauthorized_ttl,
             timeout: config.timeout,
-            cache: TtlCache::new(CAPACITY),
+            reviews: Reviews::new(CAPACITY),
+            limiter: Limiter::new(config.review_limits),
         })
     }
 
-    /// Decides. A failed review is a deny (logged), never an allow.
+    /// Decides, with the global review budget only (see [`Authorizer::authorize_from`]).
     pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Decision {
+        self.authorize_from(user, attrs, None).await
+    }
+
+    /// Decides. A review this needs is made within the budget of `source` (none: only the
+    /// global one, as for the front proxy's requests), once per question however many ask
+    /// it at once; a review that fails is an [`Decision::Error`], never an allow or a deny.
+    pub async fn authorize_from(
+        &self,
+        user: &UserInfo,
+        attrs: &Attributes,
+        source: Option<IpAddr>,
+    ) -> Decision {
         if user.groups.iter().any(|g| self.groups.contains(g)) {
             return Decision::Allow;
         }
@@ -125,42 +148,60 @@ impl Authorizer {
                 return Decision::Allow;
             }
         }
-        let Some(api) = &self.reviews else {
+        let Some(api) = &self.reviews_api else {
             return Decision::Deny(String::new());
         };
         let spec = review_spec(user, attrs);
         let key = serde_json::to_string(&spec).unwrap_or_default();
-        if let Some(cached) = self.cache.get(&key, Instant::now()) {
-            return cached;
+        let answer = self
+            .reviews
+            .get_or_review(&key, || async {
+                self.limiter.check(source).map_err(Failure::Throttled)?;
+                let status = review::call_with_retry(|| self.call(api, &spec)).await?;
+                Ok(if status.allowed {
+                    (Decision::Allow, self.authorized_ttl)
+                } else {
+                    (
+                        Decision::Deny(status.reason.unwrap_or_default()),
+                        self.unauthorized_ttl,
+                    )
+                })
+            })
+            .await;
+        match answer {
+            Ok(decision) => decision,
+            Err(Failure::Throttled(wait)) => {
+                tracing::debug!(user = %user.name, ?wait, "SubjectAccessReview over the review budget");
+                Decision::Throttled(wait)
+            }
+            Err(Failure::Call(error)) => {
+                tracing::warn!(%error, user = %user.name, "SubjectAccessReview failed");
+                Decision::Error(error)
+            }
         }
+    }
+
+    /// Callers waiting on the review in flight for the question keyed `key`.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self, key: &str) -> usize {
+        self.reviews.waiting(&key.to_owned())
+    }
+
+    async fn call(
+        &self,
+        api: &Api<SubjectAccessReview>,
+        spec: &SubjectAccessReviewSpec,
+    ) -> Result<SubjectAccessReviewStatus, Attempt> {
         let review = SubjectAccessReview {
-            spec,
+            spec: spec.clone(),
             ..SubjectAccessReview::default()
         };
         let params = PostParams::default();
-        let call = api.create(&params, &review);
-        let status = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(answer)) => answer.status.unwrap_or_default(),
-            Ok(Err(error)) => {
-                tracing::warn!(%error, user = %user.name, "SubjectAccessReview failed; denying");
-                return Decision::Deny(String::new());
-            }
-            Err(_) => {
-                tracing::warn!(timeout = ?self.timeout, user = %user.name, "SubjectAccessReview timed out; denying");
-                return Decision::Deny(String::new());
-            }
-        };
-        let (decision, ttl) = if status.allowed {
-            (Decision::Allow, self.authorized_ttl)
-        } else {
-            (
-                Decision::Deny(status.reason.unwrap_or_default()),
-                self.unauthorized_ttl,
-            )
-        };
-        let now = Instant::now();
-        self.cache.insert(key, decision.clone(), now, now + ttl);
-        decision
+        match tokio::time::timeout(self.timeout, api.create(&params, &review)).await {
+            Ok(Ok(answer)) => Ok(answer.status.unwrap_or_default()),
+            Ok(Err(error)) => Err(Attempt::from_kube("SubjectAccessReview", &error)),
+            Err(_) => Err(Attempt::timed_out("SubjectAccessReview", self.timeout)),
+        }
     }
 }
 

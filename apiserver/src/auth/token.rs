@@ -1,7 +1,9 @@
 //! The bearer-token authenticator: a TokenReview (authentication.k8s.io/v1) per unseen token,
 //! results cached for `--authentication-token-webhook-cache-ttl` (k8s.io/apiserver
-//! `request/bearertoken`, `token/cache`, `plugin/pkg/authenticator/token/webhook`).
+//! `request/bearertoken`, `token/cache`, `plugin/pkg/authenticator/token/webhook`), one review
+//! in flight per token and the reviews made held to the budget of [`super::review`].
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -9,10 +11,9 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::Api;
 use kube::api::PostParams;
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 
 use super::UserInfo;
-use super::cache::{CAPACITY, TtlCache};
+use super::review::{self, Attempt, CAPACITY, Failure, Limiter, ReviewLimits, Reviews};
 
 /// Upstream's error when a token is neither accepted nor rejected with a reason.
 const INVALID_TOKEN: &str = "invalid bearer token";
@@ -33,26 +34,46 @@ pub(crate) struct TokenReviewer {
     ttl: Duration,
     timeout: Duration,
     /// Keyed by the SHA-256 of the token, never the token.
-    cache: TtlCache<[u8; 32], Review>,
+    reviews: Reviews<[u8; 32], Review>,
+    limiter: Limiter,
 }
 
 impl TokenReviewer {
-    pub(crate) fn new(client: kube::Client, ttl: Duration, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        client: kube::Client,
+        ttl: Duration,
+        timeout: Duration,
+        limits: ReviewLimits,
+    ) -> Self {
         TokenReviewer {
             api: Api::all(client),
             ttl,
             timeout,
-            cache: TtlCache::new(CAPACITY),
+            reviews: Reviews::new(CAPACITY),
+            limiter: Limiter::new(limits),
         }
     }
 
-    /// Reviews `token`, from the cache when a review of it is younger than the TTL.
-    /// `Err` is a failed call (not cached).
-    pub(crate) async fn review(&self, token: &str) -> Result<Review, String> {
+    /// Reviews `token`, from the cache when a review of it is younger than the TTL, else
+    /// with the review in flight for it, else with a call of its own if `source` (none: the
+    /// front proxy's) and everyone together are within the review budget. A failed call is
+    /// not cached.
+    pub(crate) async fn review(
+        &self,
+        token: &str,
+        source: Option<IpAddr>,
+    ) -> Result<Review, Failure> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(cached) = self.cache.get(&key, Instant::now()) {
-            return Ok(cached);
-        }
+        self.reviews
+            .get_or_review(&key, || async {
+                self.limiter.check(source).map_err(Failure::Throttled)?;
+                let review = review::call_with_retry(|| self.call(token)).await?;
+                Ok((review, self.ttl))
+            })
+            .await
+    }
+
+    async fn call(&self, token: &str) -> Result<Review, Attempt> {
         let request = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_owned(),
@@ -64,11 +85,11 @@ impl TokenReviewer {
         let call = self.api.create(&params, &request);
         let response = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(format!("TokenReview failed: {error}")),
-            Err(_) => return Err(format!("TokenReview timed out after {:?}", self.timeout)),
+            Ok(Err(error)) => return Err(Attempt::from_kube("TokenReview", &error)),
+            Err(_) => return Err(Attempt::timed_out("TokenReview", self.timeout)),
         };
         let status = response.status.unwrap_or_default();
-        let review = if status.authenticated == Some(true) {
+        Ok(if status.authenticated == Some(true) {
             let user = status.user.unwrap_or_default();
             Review::User(UserInfo {
                 name: user.username.unwrap_or_default(),
@@ -83,10 +104,14 @@ impl TokenReviewer {
                     .filter(|e| !e.is_empty())
                     .unwrap_or_else(|| INVALID_TOKEN.to_owned()),
             )
-        };
-        let now = Instant::now();
-        self.cache.insert(key, review.clone(), now, now + self.ttl);
-        Ok(review)
+        })
+    }
+
+    /// Callers waiting on the review in flight for `token`.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self, token: &str) -> usize {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.reviews.waiting(&key)
     }
 }
 

@@ -398,6 +398,17 @@ pub struct Authorization {
     /// The duration to cache 'unauthorized' responses from the webhook authorizer.
     #[arg(long, value_name = "duration", default_value = "10s")]
     pub authorization_webhook_cache_unauthorized_ttl: GoDuration,
+
+    /// (ours) TokenReviews, and apart from them SubjectAccessReviews, sent per second at
+    /// most, in bursts of twice that; a request whose review would pass it gets 429 with
+    /// Retry-After. Answers from the caches cost nothing. 0: unlimited.
+    #[arg(long, value_name = "int", default_value_t = 200)]
+    pub delegated_review_qps: u32,
+
+    /// (ours) The same for one client address, for requests that do not come through the
+    /// front proxy (whose requests carry every user's). 0: unlimited.
+    #[arg(long, value_name = "int", default_value_t = 20)]
+    pub delegated_review_qps_per_source: u32,
 }
 
 /// "Features" group (`genericoptions.FeatureOptions`); accepted for compatibility.

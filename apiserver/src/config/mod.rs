@@ -257,6 +257,7 @@ impl Config {
             token_webhook_cache_ttl: a.authentication_token_webhook_cache_ttl.0,
             skip_lookup: a.authentication_skip_lookup,
             tolerate_lookup_failure: a.authentication_tolerate_lookup_failure,
+            review_limits: self.review_limits(),
             ..crate::auth::AuthnConfig::default()
         }
     }
@@ -269,7 +270,16 @@ impl Config {
             always_allow_paths: non_empty(&a.authorization_always_allow_paths),
             authorized_ttl: a.authorization_webhook_cache_authorized_ttl.0,
             unauthorized_ttl: a.authorization_webhook_cache_unauthorized_ttl.0,
+            review_limits: self.review_limits(),
             ..crate::auth::AuthzConfig::default()
+        }
+    }
+
+    /// The budget of each kind of review (`--delegated-review-qps*`).
+    fn review_limits(&self) -> crate::auth::ReviewLimits {
+        crate::auth::ReviewLimits {
+            qps: self.authorization.delegated_review_qps,
+            per_source_qps: self.authorization.delegated_review_qps_per_source,
         }
     }
 

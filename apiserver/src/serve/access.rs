@@ -2,14 +2,18 @@
 //! k8s.io/apiserver's `DefaultBuildHandlerChain` order: [`Authentication`] first (401 on a
 //! rejected credential), then whatever load shedding sits between, then [`Authorization`]
 //! (403 with the upstream wording on a deny), so a shed request costs no SubjectAccessReview.
+//! A review over the review budget is a 429 with `Retry-After`; a review that fails is a 500,
+//! as k8s.io/apiserver answers an authorizer's error.
+
+use std::time::Duration;
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use http::request::Parts;
 
-use super::router::{Filter, PeerCertificates, Verdict};
-use crate::auth::{self, Authenticator, Authorizer, Decision, UserInfo};
+use super::router::{Filter, PeerCertificates, RemoteAddr, Verdict};
+use crate::auth::{self, Authenticator, AuthnError, Authorizer, Decision, UserInfo, Via};
 use crate::status::Status;
 
 /// Authenticates every request (`WithAuthentication`): front-proxy headers behind a trusted
@@ -35,14 +39,19 @@ impl Filter for Authentication {
                 .extensions
                 .get::<PeerCertificates>()
                 .map(|p| p.0.clone());
+            let source = parts.extensions.get::<RemoteAddr>().map(|a| a.0.ip());
             match self
                 .authenticator
-                .authenticate(&mut parts.headers, chain.as_deref())
+                .authenticate_from(&mut parts.headers, chain.as_deref(), source)
                 .await
             {
-                Ok(user) => {
-                    parts.extensions.insert(user);
+                Ok(authenticated) => {
+                    parts.extensions.insert(authenticated.user);
+                    parts.extensions.insert(authenticated.via);
                     Verdict::Pass(None)
+                }
+                Err(AuthnError::Throttled(wait)) => {
+                    Verdict::Reject(too_many_requests(wait).into_negotiated(&parts.headers))
                 }
                 Err(error) => {
                     tracing::debug!(%error, path = parts.uri.path(), "unable to authenticate the request");
@@ -81,8 +90,20 @@ impl Filter for Authorization {
                     &anonymous
                 }
             };
-            let verdict = match self.authorizer.authorize(user, &attrs).await {
+            // The front proxy's requests carry every user's: only the global budget holds them.
+            let source = match parts.extensions.get::<Via>() {
+                Some(Via::FrontProxy) => None,
+                _ => parts.extensions.get::<RemoteAddr>().map(|a| a.0.ip()),
+            };
+            let verdict = match self.authorizer.authorize_from(user, &attrs, source).await {
                 Decision::Allow => Verdict::Pass(None),
+                Decision::Throttled(wait) => {
+                    Verdict::Reject(too_many_requests(wait).into_negotiated(&parts.headers))
+                }
+                Decision::Error(error) => Verdict::Reject(
+                    Status::internal(format!("Internal error occurred: {error}"))
+                        .into_negotiated(&parts.headers),
+                ),
                 Decision::Deny(reason) => {
                     tracing::debug!(user = %user.name, path = parts.uri.path(), %reason, "forbidden");
                     Verdict::Reject(
@@ -94,4 +115,14 @@ impl Filter for Authorization {
             verdict
         })
     }
+}
+
+/// The 429 for a request whose review is over the review budget, `Retry-After` rounded up to
+/// whole seconds.
+fn too_many_requests(wait: Duration) -> Status {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    Status::too_many_requests(
+        "Too many requests, please try again later.",
+        u32::try_from(seconds.max(1)).unwrap_or(u32::MAX),
+    )
 }

@@ -957,6 +957,16 @@ async fn real_auth_backend(cp: &ControlPlane, shutdown: &CancellationToken) -> S
                     apiserver::auth::Decision::Deny(_) => {
                         controlplane::status_response(StatusCode::FORBIDDEN, "Forbidden", "denied")
                     }
+                    apiserver::auth::Decision::Throttled(_) => controlplane::status_response(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "TooManyRequests",
+                        "throttled",
+                    ),
+                    apiserver::auth::Decision::Error(e) => controlplane::status_response(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "InternalError",
+                        &e,
+                    ),
                 }
             })
         },

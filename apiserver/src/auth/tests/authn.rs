@@ -1,15 +1,16 @@
 //! The authenticator chain.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::fake::FakeApi;
 use super::*;
-use crate::auth::{AuthnError, UserInfo};
+use crate::auth::{AuthnError, ReviewLimits, UserInfo};
 
 const SPOOF: &[(&str, &str)] = &[
     ("X-Remote-User", "system:admin"),
@@ -367,8 +368,8 @@ async fn token_review_failure_is_a_401_and_not_cached() {
     assert!(auth.authenticate(&mut bearer("t"), None).await.is_err());
     assert_eq!(
         api.token_review_count(),
-        2,
-        "kube's retries are off and errors are not cached"
+        4,
+        "a 500 is tried once more, no more (kube's retries are off), and not cached"
     );
 
     api.answer_tokens(|_| {
@@ -382,6 +383,113 @@ async fn token_review_failure_is_a_401_and_not_cached() {
         .await
         .expect("user");
     assert_eq!(user.name, "x");
+}
+
+fn accept_any_token() -> impl Fn(&Value) -> (u16, Value) + Send + Sync {
+    |review| {
+        (
+            200,
+            json!({"authenticated": true, "user": {"username": review["spec"]["token"]}}),
+        )
+    }
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_unseen_token_make_one_token_review() {
+    let api = FakeApi::start().await;
+    api.answer_tokens(accept_any_token());
+    api.hold_reviews();
+    let auth = Arc::new(with_tokens(&api, Duration::from_secs(10)).await);
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let auth = auth.clone();
+        requests.spawn(async move { auth.authenticate(&mut bearer("flood"), None).await });
+    }
+    let tokens = auth.tokens.as_ref().expect("token reviewer");
+    while tokens.waiting("flood") < 50 {
+        tokio::task::yield_now().await;
+    }
+    api.release(1);
+    while let Some(result) = requests.join_next().await {
+        let user = result.expect("task").expect("user");
+        assert_eq!(user.name, "flood");
+    }
+    assert_eq!(api.token_review_count(), 1, "every request shared it");
+    assert_eq!(tokens.waiting("flood"), 0);
+}
+
+#[tokio::test]
+async fn token_reviews_past_the_budget_are_throttled_per_source_and_in_all() {
+    let api = FakeApi::start().await;
+    api.answer_tokens(accept_any_token());
+    let config = AuthnConfig {
+        skip_lookup: true,
+        review_limits: ReviewLimits {
+            qps: 2,
+            per_source_qps: 1,
+        },
+        ..AuthnConfig::default()
+    };
+    let auth = Authenticator::new(config, Some(api.client.clone()))
+        .await
+        .expect("authenticator");
+    let a = Some(IpAddr::from([192, 0, 2, 1]));
+    let b = Some(IpAddr::from([192, 0, 2, 2]));
+    let from = |token: &'static str, source| {
+        let auth = &auth;
+        async move {
+            auth.authenticate_from(&mut bearer(token), None, source)
+                .await
+                .map(|a| a.user.name)
+        }
+    };
+    // Bursts of twice the rate: two reviews per source, four in all.
+    assert_eq!(from("a1", a).await.ok().as_deref(), Some("a1"));
+    assert_eq!(from("a2", a).await.ok().as_deref(), Some("a2"));
+    let throttled = from("a3", a).await;
+    let Err(AuthnError::Throttled(wait)) = throttled else {
+        panic!("a's third unseen token must wait: {throttled:?}");
+    };
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(1),
+        "{wait:?}"
+    );
+    assert_eq!(
+        from("a1", a).await.ok().as_deref(),
+        Some("a1"),
+        "cached: free"
+    );
+    assert_eq!(
+        from("b1", b).await.ok().as_deref(),
+        Some("b1"),
+        "b's own budget"
+    );
+    assert_eq!(from("b2", b).await.ok().as_deref(), Some("b2"));
+    assert!(
+        matches!(from("c1", None).await, Err(AuthnError::Throttled(_))),
+        "the global budget is spent"
+    );
+    assert_eq!(api.token_review_count(), 4);
+}
+
+#[tokio::test]
+async fn a_token_review_dropped_in_transport_is_retried_once() {
+    let api = FakeApi::start().await;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    api.answer_tokens(
+        move |review| match seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => (0, json!({})),
+            _ => accept_any_token()(review),
+        },
+    );
+    let auth = with_tokens(&api, Duration::from_secs(10)).await;
+    let user = auth
+        .authenticate(&mut bearer("t"), None)
+        .await
+        .expect("the retry is answered");
+    assert_eq!(user.name, "t");
+    assert_eq!(api.token_review_count(), 2);
 }
 
 #[tokio::test]

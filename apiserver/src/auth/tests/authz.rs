@@ -9,7 +9,8 @@ use super::authn::{alice, proxied_alice};
 use super::fake::FakeApi;
 use super::*;
 use crate::auth::{
-    Attributes, Authorizer, AuthzConfig, AuthzError, Decision, UserInfo, attributes, forbidden,
+    Attributes, Authorizer, AuthzConfig, AuthzError, Decision, ReviewLimits, UserInfo, attributes,
+    forbidden,
 };
 
 fn get(path: &str, query: Option<&str>) -> Attributes {
@@ -142,18 +143,116 @@ async fn answers_are_cached_for_their_ttl() {
 }
 
 #[tokio::test]
-async fn a_failed_review_denies_and_is_not_cached() {
+async fn a_failed_review_is_an_internal_error_never_a_deny_and_is_not_cached() {
     let api = FakeApi::start().await;
     api.answer_access(|_| (500, json!({})));
     let authz = authorizer(&api, Duration::from_secs(10), Duration::from_secs(10));
     let attrs = get("/apis/metrics.k8s.io/v1beta1/nodes", None);
-    assert!(matches!(
-        authz.authorize(&alice(), &attrs).await,
-        Decision::Deny(_)
-    ));
+    let decision = authz.authorize(&alice(), &attrs).await;
+    assert!(matches!(decision, Decision::Error(_)), "{decision:?}");
+    assert_eq!(api.access_review_count(), 2, "a 500 is tried once more");
     api.answer_access(allow_if("alice"));
     assert_eq!(authz.authorize(&alice(), &attrs).await, Decision::Allow);
+    assert_eq!(api.access_review_count(), 3);
+}
+
+#[tokio::test]
+async fn a_review_dropped_in_transport_is_retried_once_then_an_internal_error() {
+    let api = FakeApi::start().await;
+    api.answer_access(|_| (0, json!({})));
+    let authz = authorizer(&api, Duration::from_secs(10), Duration::from_secs(10));
+    let attrs = get("/apis/metrics.k8s.io/v1beta1/nodes", None);
+    let Decision::Error(error) = authz.authorize(&alice(), &attrs).await else {
+        panic!("a review that cannot be made is not an answer");
+    };
+    assert!(error.contains("SubjectAccessReview failed"), "{error}");
     assert_eq!(api.access_review_count(), 2);
+
+    // Dropped once, then answered: the request is allowed.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let allow = allow_if("alice");
+    api.answer_access(
+        move |review| match seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => (0, json!({})),
+            _ => allow(review),
+        },
+    );
+    let attrs = get("/apis/metrics.k8s.io/v1beta1/pods", None);
+    assert_eq!(authz.authorize(&alice(), &attrs).await, Decision::Allow);
+    assert_eq!(api.access_review_count(), 4);
+}
+
+#[tokio::test]
+async fn reviews_past_the_budget_are_throttled_and_cached_answers_are_free() {
+    let api = FakeApi::start().await;
+    api.answer_access(allow_if("alice"));
+    let authz = Authorizer::new(
+        AuthzConfig {
+            review_limits: ReviewLimits {
+                qps: 1,
+                per_source_qps: 1,
+            },
+            ..AuthzConfig::default()
+        },
+        Some(api.client.clone()),
+    )
+    .expect("authorizer");
+    let source = Some(std::net::IpAddr::from([192, 0, 2, 7]));
+    let namespace = |ns: &str| {
+        get(
+            &format!("/apis/metrics.k8s.io/v1/namespaces/{ns}/pods"),
+            None,
+        )
+    };
+    for ns in ["a", "b"] {
+        assert_eq!(
+            authz.authorize_from(&alice(), &namespace(ns), source).await,
+            Decision::Allow
+        );
+    }
+    let decision = authz
+        .authorize_from(&alice(), &namespace("c"), source)
+        .await;
+    assert!(matches!(decision, Decision::Throttled(_)), "{decision:?}");
+    assert_eq!(
+        authz
+            .authorize_from(&alice(), &namespace("a"), source)
+            .await,
+        Decision::Allow,
+        "cached"
+    );
+    assert_eq!(api.access_review_count(), 2);
+}
+
+#[tokio::test]
+async fn concurrent_identical_questions_make_one_review() {
+    let api = FakeApi::start().await;
+    api.answer_access(allow_if("alice"));
+    api.hold_reviews();
+    let authz = std::sync::Arc::new(authorizer(
+        &api,
+        Duration::from_secs(10),
+        Duration::from_secs(10),
+    ));
+    let attrs = get(
+        "/apis/metrics.k8s.io/v1/namespaces/a/pods",
+        Some("labelSelector=app%3Dweb"),
+    );
+    let key = serde_json::to_string(&crate::auth::review_spec(&alice(), &attrs)).expect("key");
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..30 {
+        let (authz, attrs) = (authz.clone(), attrs.clone());
+        requests.spawn(async move { authz.authorize(&alice(), &attrs).await });
+    }
+    while authz.waiting(&key) < 30 {
+        tokio::task::yield_now().await;
+    }
+    api.release(1);
+    while let Some(decision) = requests.join_next().await {
+        assert_eq!(decision.expect("task"), Decision::Allow);
+    }
+    assert_eq!(api.access_review_count(), 1);
 }
 
 #[tokio::test]

@@ -42,6 +42,8 @@ pub(crate) struct State {
     resource_version: Mutex<u64>,
     /// One sender per open watch.
     watches: Mutex<Vec<mpsc::Sender<Bytes>>>,
+    /// When set, each review waits for a permit of it before it is answered.
+    gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 /// A running fake API server.
@@ -87,6 +89,7 @@ impl FakeApi {
             configmap_get_status: Mutex::new(None),
             resource_version: Mutex::new(1),
             watches: Mutex::new(Vec::new()),
+            gate: Mutex::new(None),
         });
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
@@ -108,7 +111,8 @@ impl FakeApi {
                     };
                     let service = service_fn(move |req| {
                         let st = st.clone();
-                        async move { Ok::<_, Infallible>(handle(&st, req).await) }
+                        // `None` drops the connection without an answer.
+                        async move { handle(&st, req).await.ok_or("dropped") }
                     });
                     let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service);
@@ -131,7 +135,20 @@ impl FakeApi {
         }
     }
 
-    /// How TokenReviews are answered: (HTTP status, `status` object of the review).
+    /// Holds every review until [`FakeApi::release`] lets it through.
+    pub(crate) fn hold_reviews(&self) {
+        *self.state.gate.lock() = Some(Arc::new(tokio::sync::Semaphore::new(0)));
+    }
+
+    /// Lets `n` held reviews be answered.
+    pub(crate) fn release(&self, n: usize) {
+        if let Some(gate) = &*self.state.gate.lock() {
+            gate.add_permits(n);
+        }
+    }
+
+    /// How TokenReviews are answered: (HTTP status, `status` object of the review); status 0
+    /// drops the connection instead.
     pub(crate) fn answer_tokens(&self, f: impl Fn(&Value) -> (u16, Value) + Send + Sync + 'static) {
         *self.state.token_answer.lock() = Box::new(f);
     }
@@ -206,7 +223,7 @@ fn respond(code: u16, body: &Value) -> Response<Body> {
     response
 }
 
-async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
+async fn handle(state: &State, req: Request<Incoming>) -> Option<Response<Body>> {
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
@@ -215,12 +232,13 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
         .unwrap_or_default();
     let path = parts.uri.path();
     let query = parts.uri.query().unwrap_or("");
-    match (&parts.method, path) {
+    let gate = state.gate.lock().clone();
+    Some(match (&parts.method, path) {
         (&Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews") => {
-            review(&body, &state.token_reviews, &state.token_answer)
+            return held(gate, &body, &state.token_reviews, &state.token_answer).await;
         }
         (&Method::POST, "/apis/authorization.k8s.io/v1/subjectaccessreviews") => {
-            review(&body, &state.access_reviews, &state.access_answer)
+            return held(gate, &body, &state.access_reviews, &state.access_answer).await;
         }
         (&Method::GET, p) if p == format!("{CM_PATH}/extension-apiserver-authentication") => {
             let data = state.configmap.lock().clone();
@@ -253,18 +271,36 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
             )
         }
         _ => respond(404, &status_json(404, "NotFound")),
-    }
+    })
 }
 
-fn review(body: &[u8], seen: &Mutex<Vec<Value>>, answer: &Mutex<Answer>) -> Response<Body> {
+/// [`review`], once `gate` (if any) lets it through.
+async fn held(
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+    body: &[u8],
+    seen: &Mutex<Vec<Value>>,
+    answer: &Mutex<Answer>,
+) -> Option<Response<Body>> {
+    if let Some(gate) = gate
+        && let Ok(permit) = gate.acquire().await
+    {
+        permit.forget();
+    }
+    review(body, seen, answer)
+}
+
+fn review(body: &[u8], seen: &Mutex<Vec<Value>>, answer: &Mutex<Answer>) -> Option<Response<Body>> {
     let mut request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     seen.lock().push(request.clone());
     let (code, status) = (answer.lock())(&request);
-    if code != 200 {
-        return respond(code, &status_json(code, "InternalError"));
+    match code {
+        0 => None,
+        200 => {
+            request["status"] = status;
+            Some(respond(201, &request))
+        }
+        _ => Some(respond(code, &status_json(code, "InternalError"))),
     }
-    request["status"] = status;
-    respond(201, &request)
 }
 
 /// A watch response: one JSON event per line, for as long as the watch is open.
