@@ -99,7 +99,8 @@ async fn signals(shutdown: CancellationToken) {
 }
 
 /// Text or JSON lines on stderr; `-v` maps klog verbosity onto levels (0-1 info, 2-5 debug,
-/// 6+ trace for our crates); `RUST_LOG` overrides.
+/// 6+ trace for our crates), and from `-v=3` one line per request (k8s.io/apiserver's
+/// `httplog`); `RUST_LOG` overrides.
 fn init_tracing(logging: &Logging) {
     use tracing_subscriber::EnvFilter;
     let ours = match logging.verbosity {
@@ -112,9 +113,15 @@ fn init_tracing(logging: &Logging) {
     } else {
         "info"
     };
+    let requests = if logging.verbosity >= 3 {
+        "info"
+    } else {
+        "off"
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new(format!(
-            "{others},apiserver={ours},metrics_server={ours},scraper={ours},tls={ours}"
+            "{others},apiserver={ours},metrics_server={ours},scraper={ours},tls={ours},{}={requests}",
+            apiserver::serve::httplog::TARGET
         ))
     });
     let builder = tracing_subscriber::fmt()

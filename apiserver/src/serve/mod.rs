@@ -12,6 +12,7 @@
 pub mod access;
 pub mod cert;
 pub mod gzip;
+pub mod httplog;
 pub mod router;
 
 use std::convert::Infallible;

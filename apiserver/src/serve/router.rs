@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use prometheus_client::registry::Registry;
 use rustls_pki_types::CertificateDer;
 
-use super::gzip;
+use super::{gzip, httplog};
 use crate::Body;
 use crate::api::Api;
 use crate::health::Health;
@@ -145,6 +145,9 @@ impl Router {
         let mut response = gzip::encode(accepts, response).await;
         if parts.method == Method::HEAD {
             response = without_body(response);
+        }
+        if httplog::enabled() {
+            response = httplog::logged(&parts, started, response);
         }
         if guards.is_empty() {
             response
