@@ -68,6 +68,13 @@ pub enum Fault {
     },
     /// The listener is closed and open connections are dropped: connection refused.
     Down,
+    /// Sends the real answer's headers (its Content-Length included), then its body 64 bytes
+    /// at a time, one piece every this long.
+    Trickle(Duration),
+    /// Sends the real answer's headers and half its body, then drops the connection.
+    CutMidBody,
+    /// Accepts the TCP connection and answers the TLS handshake with plain-text noise.
+    HandshakeNoise,
     /// Presents a serving certificate issued by another CA.
     WrongCert,
 }
@@ -537,6 +544,15 @@ async fn accept(
                 let inner = inner.clone();
                 let acceptor = acceptor.clone();
                 conns.spawn(async move {
+                    if *inner.fault.read() == Fault::HandshakeNoise {
+                        let mut stream = stream;
+                        let _ = tokio::io::AsyncWriteExt::write_all(
+                            &mut stream,
+                            b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n",
+                        )
+                        .await;
+                        return;
+                    }
                     match acceptor {
                         Some(acceptor) => {
                             // Handshake failures (a client refusing our certificate) are the
@@ -652,7 +668,12 @@ async fn handle(
         }
         Fault::Garbage => return full(StatusCode::OK, "text/html", garbage(n)),
         Fault::Oversized { bytes } => return oversized(bytes),
-        Fault::Healthy | Fault::Down | Fault::WrongCert => {}
+        Fault::Healthy
+        | Fault::Down
+        | Fault::WrongCert
+        | Fault::Trickle(_)
+        | Fault::CutMidBody
+        | Fault::HandshakeNoise => {}
     }
     if !authenticated(inner, peer, req.headers()) {
         return full(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
@@ -683,7 +704,49 @@ async fn handle(
     } else {
         "text/plain; version=0.0.4"
     };
-    full(StatusCode::OK, content_type, body)
+    match fault {
+        Fault::Trickle(every) => partial(content_type, body, Some(every)),
+        Fault::CutMidBody => partial(content_type, body, None),
+        _ => full(StatusCode::OK, content_type, body),
+    }
+}
+
+/// `body`'s headers with its whole length, then the body in 64-byte pieces one per `every`,
+/// or (without `every`) half of it at once and the end, which breaks the connection.
+fn partial(content_type: &str, body: Bytes, every: Option<Duration>) -> Response<Body> {
+    const PIECE: usize = 64;
+    let len = body.len();
+    let sent = match every {
+        Some(_) => len,
+        None => len / 2,
+    };
+    let stream = futures::stream::unfold(0, move |at| {
+        let body = body.clone();
+        async move {
+            if at >= sent {
+                if every.is_none() {
+                    // Let the head and the half go out before the connection breaks.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                return None;
+            }
+            if let Some(every) = every {
+                tokio::time::sleep(every).await;
+            }
+            let end = match every {
+                Some(_) => (at + PIECE).min(sent),
+                None => sent,
+            };
+            Some((Ok::<_, Infallible>(Frame::data(body.slice(at..end))), end))
+        }
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    let headers = response.headers_mut();
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        headers.insert(http::header::CONTENT_TYPE, v);
+    }
+    headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+    response
 }
 
 fn render(stats: &NodeStats, summary: bool) -> Bytes {

@@ -812,6 +812,59 @@ async fn healthy_nodes_reach_the_store_while_faulty_ones_do_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelets_that_hang_trickle_stream_forever_cut_off_or_garble_tls_fail_alone() {
+    let ca = ca();
+    let healthy = kubelet(&ca, "a", |o| Options {
+        content: live("a"),
+        ..o
+    })
+    .await;
+    let kubelets = [
+        faulty(&ca, "b-hang", Fault::Hang).await,
+        faulty(&ca, "c-trickle", Fault::Trickle(Duration::from_millis(100))).await,
+        faulty(&ca, "d-endless", Fault::Oversized { bytes: usize::MAX }).await,
+        faulty(&ca, "e-cut", Fault::CutMidBody).await,
+        faulty(&ca, "f-noise", Fault::HandshakeNoise).await,
+    ];
+    let mut all = vec![&healthy];
+    all.extend(kubelets.iter());
+    let l = start_loop(&ca, &all, 1200, 1000, 8);
+    // Two periods: every fault has failed at least once by then, twice for most.
+    l.until(2600).await;
+    for (reason, at_least) in [
+        ("timeout", 2),
+        ("body_too_large", 1),
+        ("body", 1),
+        ("tls", 1),
+    ] {
+        assert!(
+            l.metrics.failures(reason) >= at_least,
+            "{reason}: {}",
+            l.exposition()
+        );
+    }
+    let now = unix_now_ns();
+    let usage = l
+        .store
+        .node("a", now)
+        .expect("a has usage after two scrapes");
+    assert!(usage.cpu_nanocores > 0 && usage.memory_bytes > 0);
+    for k in &kubelets {
+        assert!(
+            l.store.node(k.node_name(), now).is_none(),
+            "{}",
+            k.node_name()
+        );
+        assert!(
+            k.requests() >= 1 || k.connections() >= 1,
+            "{} was tried",
+            k.node_name()
+        );
+    }
+    l.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_live_workload_gets_usage_and_loses_it_when_removed() {
     let ca = ca();
     let k = kubelet(&ca, "live", |o| o).await;
