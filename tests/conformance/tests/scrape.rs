@@ -865,6 +865,40 @@ async fn kubelets_that_hang_trickle_stream_forever_cut_off_or_garble_tls_fail_al
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_deleted_while_its_scrape_is_in_flight_leaves_nothing_behind() {
+    let ca = ca();
+    let a = kubelet(&ca, "a", |o| Options {
+        content: live("a"),
+        ..o
+    })
+    .await;
+    // b answers 400 ms after it is asked; its first scrape goes out 600 ms in.
+    let b = kubelet(&ca, "b", |o| Options {
+        content: live("b"),
+        fault: Fault::Slow(Duration::from_millis(400)),
+        ..o
+    })
+    .await;
+    let l = start_loop(&ca, &[&a, &b], 1200, 1000, 4);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.requests() == 0 {
+        assert!(Instant::now() < deadline, "b was never asked");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // b's answer is on its way: the node goes.
+    l.nodes.0.lock().retain(|n| n.name.as_str() != "b");
+    // Two periods later a has usage; b's late answer has not brought b back.
+    l.until(2600).await;
+    let now = unix_now_ns();
+    assert!(l.store.node("a", now).is_some());
+    assert!(l.store.node("b", now).is_none());
+    let text = l.exposition();
+    assert!(!text.contains("node=\"b\""), "{text}");
+    assert_eq!(b.requests(), 1, "b is not asked again");
+    l.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_live_workload_gets_usage_and_loses_it_when_removed() {
     let ca = ca();
     let k = kubelet(&ca, "live", |o| o).await;
