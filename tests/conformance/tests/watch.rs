@@ -287,6 +287,42 @@ async fn a_compacted_history_makes_the_watcher_relist() {
     cluster.stop().await;
 }
 
+#[tokio::test]
+async fn a_dropped_watch_is_resumed_and_misses_nothing() {
+    let mut cluster = Cluster::start(seed()).await;
+    let inventory = cluster.run_inventory();
+    eventually("the inventory is synced", || async { inventory.synced() }).await;
+
+    let watches_before = cluster.objects.watches_served();
+    // Every watch breaks off mid-stream, and changes come while the watchers reconnect.
+    cluster.objects.drop_watches();
+    cluster.objects.delete_pod("default", "web-1");
+    cluster.objects.add_pod(
+        "default",
+        "after-drop",
+        "node-b",
+        &[],
+        "Running",
+        &containers(),
+    );
+    cluster.objects.delete_node("node-a");
+
+    eventually("the inventory caught up after the drop", || async {
+        pod_keys(&inventory) == ["default/after-drop", "default/web-2", "kube-system/dns"]
+            && node_names(&inventory) == ["node-b"]
+    })
+    .await;
+    assert!(
+        cluster.objects.watches_served() >= watches_before + 2,
+        "both watchers reconnected"
+    );
+    assert!(
+        inventory.synced(),
+        "still synced: a dropped watch is not a lost cache"
+    );
+    cluster.stop().await;
+}
+
 fn pods_api(client: &kube::Client, namespace: Option<&str>) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("", "v1", "Pod");
     let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "pods");

@@ -408,6 +408,9 @@ impl Objects {
             None | Some("0") => None,
             Some(rv) => Some(parse_rv(rv)?),
         };
+        self.shared
+            .watches_served
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let now = Instant::now();
         let interval = self.shared.bookmark_interval;
         let mut watch = Watch {
@@ -420,6 +423,10 @@ impl Objects {
             changed: self.shared.changed.subscribe(),
             pending: VecDeque::new(),
             done: false,
+            generation: self
+                .shared
+                .dropped
+                .load(std::sync::atomic::Ordering::SeqCst),
         };
         watch.changed.borrow_and_update();
         let state = self.shared.state.lock();

@@ -146,8 +146,12 @@ pub(crate) struct Shared {
     pub(crate) default_watch_timeout: Duration,
     /// While set, open watches deliver nothing (a partitioned or stalled watch).
     pub(crate) paused: AtomicBool,
+    /// Bumped by [`Objects::drop_watches`]: every watch opened before breaks off.
+    pub(crate) dropped: AtomicU64,
     /// List requests answered (each page counts).
     pub(crate) lists_served: AtomicU64,
+    /// Watch requests answered.
+    pub(crate) watches_served: AtomicU64,
 }
 
 /// The store and HTTP handler. Cloning gives another handle to the same store.
@@ -201,7 +205,9 @@ impl Objects {
                 bookmark_interval,
                 default_watch_timeout: Duration::from_secs(1800),
                 paused: AtomicBool::new(false),
+                dropped: AtomicU64::new(0),
                 lists_served: AtomicU64::new(0),
+                watches_served: AtomicU64::new(0),
             }),
         }
     }
@@ -391,6 +397,18 @@ impl Objects {
     pub fn resume_watches(&self) {
         self.shared.paused.store(false, Ordering::SeqCst);
         self.shared.changed.send_modify(|_| {});
+    }
+
+    /// Breaks off every open watch mid-stream (its connection reset, as when a
+    /// kube-apiserver restarts or a load balancer drops it); watches opened afterwards work.
+    pub fn drop_watches(&self) {
+        self.shared.dropped.fetch_add(1, Ordering::SeqCst);
+        self.shared.changed.send_modify(|_| {});
+    }
+
+    /// How many watch requests have been answered: a reconnect shows up here.
+    pub fn watches_served(&self) -> u64 {
+        self.shared.watches_served.load(Ordering::SeqCst)
     }
 
     /// How many list requests (pages) have been answered: a relist shows up here.

@@ -37,6 +37,8 @@ pub(crate) struct Watch {
     pub(crate) changed: tokio::sync::watch::Receiver<u64>,
     pub(crate) pending: VecDeque<Bytes>,
     pub(crate) done: bool,
+    /// [`Shared::dropped`](super::Shared) when the watch opened.
+    pub(crate) generation: u64,
 }
 
 impl Watch {
@@ -92,6 +94,16 @@ impl Watch {
             }
             if self.done {
                 return None;
+            }
+            let dropped = self
+                .objects
+                .shared
+                .dropped
+                .load(std::sync::atomic::Ordering::SeqCst);
+            if dropped != self.generation {
+                self.done = true;
+                let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "dropped");
+                return Some((Err(reset), self));
             }
             self.changed.borrow_and_update();
             if !self
