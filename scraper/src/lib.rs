@@ -9,7 +9,9 @@
 //! - [`store`]: lock-sharded newest points and the usage computed from them at ingest.
 //! - [`scrape`]: the loop: schedule, bounded concurrency, timeouts, per-node results.
 //! - [`metrics`]: the scraper's self-metrics (`metrics_server_kubelet_*`, tick, storage points).
+//! - [`go`]: Go's `strconv.Quote` and `Duration.String()`, for text that must match Go's.
 
+pub mod go;
 pub mod inventory;
 pub mod kubelet;
 pub mod metrics;

@@ -303,7 +303,7 @@ impl<S: Source> Handler<S> {
         let bad = |value: &str| {
             Status::bad_request(format!(
                 "unrecognized includeObject value: {}",
-                go_quote(value)
+                scraper::go::quote(value)
             ))
             .into_response_for(accept)
         };
@@ -491,21 +491,6 @@ impl<S: Source> Handler<S> {
         self.freshness.batch().observe(now_ns, usage.timestamp_ns);
         Ok(PodItem { record, usage })
     }
-}
-
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// An empty response with `status`.

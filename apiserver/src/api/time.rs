@@ -1,5 +1,7 @@
-//! Go's time formats: `metav1.Time` (RFC 3339, whole seconds, UTC `Z`) and
-//! `time.Duration.String()` (the `window` field), written without allocation.
+//! Go's time formats: `metav1.Time` (RFC 3339, whole seconds, UTC `Z`), written without
+//! allocation; `time.Duration.String()` (the `window` field) is [`scraper::go`]'s.
+
+pub use scraper::go::write_go_duration;
 
 const NS_PER_S: i64 = 1_000_000_000;
 
@@ -107,96 +109,6 @@ pub fn write_rfc1123(out: &mut Vec<u8>, unix_ns: i64) {
     out.extend_from_slice(b" UTC");
 }
 
-/// Writes Go's `time.Duration(ns).String()`: `10s`, `15.012s`, `1m0s`, `1h2m3.5s`, `1.5ms`,
-/// `1µs`, `500ns`, `0s`, `-2s`.
-pub fn write_go_duration(out: &mut Vec<u8>, ns: i64) {
-    let mut buf = [0u8; 32];
-    let mut w = buf.len();
-    let neg = ns < 0;
-    let mut u = ns.unsigned_abs();
-    if u < NS_PER_S as u64 {
-        w -= 1;
-        buf[w] = b's';
-        w -= 1;
-        let prec;
-        if u == 0 {
-            buf[w] = b'0';
-            out.extend_from_slice(&buf[w..]);
-            return;
-        } else if u < 1_000 {
-            prec = 0;
-            buf[w] = b'n';
-        } else if u < 1_000_000 {
-            prec = 3;
-            // U+00B5 MICRO SIGN, as Go writes it.
-            w -= 1;
-            buf[w] = 0xC2;
-            buf[w + 1] = 0xB5;
-        } else {
-            prec = 6;
-            buf[w] = b'm';
-        }
-        (w, u) = fmt_frac(&mut buf, w, u, prec);
-        w = fmt_int(&mut buf, w, u);
-    } else {
-        w -= 1;
-        buf[w] = b's';
-        (w, u) = fmt_frac(&mut buf, w, u, 9);
-        w = fmt_int(&mut buf, w, u % 60);
-        u /= 60;
-        if u > 0 {
-            w -= 1;
-            buf[w] = b'm';
-            w = fmt_int(&mut buf, w, u % 60);
-            u /= 60;
-            if u > 0 {
-                w -= 1;
-                buf[w] = b'h';
-                w = fmt_int(&mut buf, w, u);
-            }
-        }
-    }
-    if neg {
-        w -= 1;
-        buf[w] = b'-';
-    }
-    out.extend_from_slice(&buf[w..]);
-}
-
-/// Go's `fmtFrac`: the fraction of `v / 10^prec` without trailing zeros, into `buf[..w]`.
-fn fmt_frac(buf: &mut [u8; 32], mut w: usize, mut v: u64, prec: usize) -> (usize, u64) {
-    let mut print = false;
-    for _ in 0..prec {
-        let digit = v % 10;
-        print = print || digit != 0;
-        if print {
-            w -= 1;
-            buf[w] = digit as u8 + b'0';
-        }
-        v /= 10;
-    }
-    if print {
-        w -= 1;
-        buf[w] = b'.';
-    }
-    (w, v)
-}
-
-/// Go's `fmtInt`: decimal `v` into `buf[..w]`.
-fn fmt_int(buf: &mut [u8; 32], mut w: usize, mut v: u64) -> usize {
-    if v == 0 {
-        w -= 1;
-        buf[w] = b'0';
-    } else {
-        while v > 0 {
-            w -= 1;
-            buf[w] = (v % 10) as u8 + b'0';
-            v /= 10;
-        }
-    }
-    w
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -205,12 +117,6 @@ mod tests {
     fn rfc(ns: i64) -> String {
         let mut out = Vec::new();
         write_rfc3339(&mut out, ns);
-        String::from_utf8(out).unwrap()
-    }
-
-    fn dur(ns: i64) -> String {
-        let mut out = Vec::new();
-        write_go_duration(&mut out, ns);
         String::from_utf8(out).unwrap()
     }
 
@@ -235,38 +141,5 @@ mod tests {
         let mut out = Vec::new();
         write_rfc1123(&mut out, 1_136_214_245 * 1_000_000_000);
         assert_eq!(out, b"Mon, 02 Jan 2006 15:04:05 UTC");
-    }
-
-    #[test]
-    fn go_duration_strings() {
-        let ms = 1_000_000i64;
-        let s = 1_000_000_000i64;
-        let cases: &[(i64, &str)] = &[
-            (0, "0s"),
-            (1, "1ns"),
-            (500, "500ns"),
-            (999, "999ns"),
-            (1_000, "1µs"),
-            (1_100, "1.1µs"),
-            (1_500_000, "1.5ms"),
-            (ms, "1ms"),
-            (999_999_999, "999.999999ms"),
-            (s, "1s"),
-            (10 * s, "10s"),
-            (15_012 * ms, "15.012s"),
-            (20_034 * ms, "20.034s"),
-            (17_913 * ms, "17.913s"),
-            (60 * s, "1m0s"),
-            (61 * s + 1, "1m1.000000001s"),
-            (3600 * s, "1h0m0s"),
-            (3723 * s + 500 * ms, "1h2m3.5s"),
-            (-2 * s, "-2s"),
-            (-1_500_000, "-1.5ms"),
-            (i64::MAX, "2562047h47m16.854775807s"),
-            (i64::MIN, "-2562047h47m16.854775808s"),
-        ];
-        for (ns, want) in cases {
-            assert_eq!(dur(*ns), *want, "{ns}");
-        }
     }
 }

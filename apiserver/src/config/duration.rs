@@ -107,50 +107,11 @@ impl FromStr for GoDuration {
 impl fmt::Display for GoDuration {
     /// Go's `Duration.String()`: `1h0m0s`, `1m0s`, `1.5s`, `500ms`, `0s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ns = self.0.as_nanos();
-        if ns == 0 {
-            return f.write_str("0s");
-        }
-        if ns < 1_000_000_000 {
-            // Sub-second: the largest unit that keeps a non-zero integer part.
-            let (unit, per) = if ns < 1_000 {
-                ("ns", 1)
-            } else if ns < 1_000_000 {
-                ("\u{b5}s", 1_000)
-            } else {
-                ("ms", 1_000_000)
-            };
-            write_fraction(f, ns / per, ns % per, per)?;
-            return f.write_str(unit);
-        }
-        let hours = ns / 3_600_000_000_000;
-        let minutes = ns / 60_000_000_000 % 60;
-        let seconds_ns = ns % 60_000_000_000;
-        if hours > 0 {
-            write!(f, "{hours}h")?;
-        }
-        if hours > 0 || minutes > 0 {
-            write!(f, "{minutes}m")?;
-        }
-        write_fraction(
-            f,
-            seconds_ns / 1_000_000_000,
-            seconds_ns % 1_000_000_000,
-            1_000_000_000,
-        )?;
-        f.write_str("s")
+        let ns = i64::try_from(self.0.as_nanos()).unwrap_or(i64::MAX);
+        let mut out = Vec::with_capacity(24);
+        scraper::go::write_go_duration(&mut out, ns);
+        f.write_str(&String::from_utf8_lossy(&out))
     }
-}
-
-/// `int` then, when `frac` is non-zero, `.` and its digits without trailing zeros.
-fn write_fraction(f: &mut fmt::Formatter<'_>, int: u128, frac: u128, per: u128) -> fmt::Result {
-    write!(f, "{int}")?;
-    if frac == 0 {
-        return Ok(());
-    }
-    let width = per.ilog10() as usize;
-    let digits = format!("{frac:0width$}");
-    write!(f, ".{}", digits.trim_end_matches('0'))
 }
 
 impl From<GoDuration> for Duration {

@@ -1,7 +1,8 @@
 //! Field selectors: `metadata.name` and `metadata.namespace` only, as the metrics API's
 //! object meta field set allows.
 
-use super::{SelectorError, SelectorRequirement, go_quote};
+use super::{SelectorError, SelectorRequirement};
+use crate::go::quote;
 
 /// A field the metrics API can select on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +42,7 @@ impl FieldSelector {
                 other => {
                     return Err(SelectorError(format!(
                         "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
-                        go_quote(other)
+                        quote(other)
                     )));
                 }
             };

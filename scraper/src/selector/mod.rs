@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use crate::go::quote;
 use crate::inventory::Labels;
 
 /// A parsed label selector: every requirement must match.
@@ -366,7 +367,7 @@ fn new_requirement(
                 if parse_go_int(v).is_none() {
                     errors.push(format!(
                         "values[{i}]: Invalid value: {}: for 'Gt', 'Lt' operators, the value must be an integer",
-                        go_quote(v)
+                        quote(v)
                     ));
                 }
             }
@@ -378,7 +379,7 @@ fn new_requirement(
         if !msgs.is_empty() {
             errors.push(format!(
                 "values[{i}][{key}]: Invalid value: {}: {}",
-                go_quote(v),
+                quote(v),
                 msgs.join("; ")
             ));
         }
@@ -416,7 +417,7 @@ fn validate_label_key(key: &str, path: &str) -> Option<String> {
     } else {
         Some(format!(
             "{path}: Invalid value: {}: {}",
-            go_quote(key),
+            quote(key),
             msgs.join("; ")
         ))
     }
@@ -547,34 +548,9 @@ fn parse_go_int(s: &str) -> Option<i64> {
     s.parse::<i64>().ok()
 }
 
-/// Go's `%q` for the strings that can reach an error message.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// Go's `%#v` of a `[]string`.
 fn go_string_slice(values: &[String]) -> String {
-    let inner: Vec<String> = values.iter().map(|v| go_quote(v)).collect();
+    let inner: Vec<String> = values.iter().map(|v| quote(v)).collect();
     format!("[]string{{{}}}", inner.join(", "))
 }
 

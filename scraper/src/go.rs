@@ -1,0 +1,209 @@
+//! Go's text formats where the API must write what a Go server writes: `strconv.Quote` (the
+//! `%q` in apimachinery's error messages) and `time.Duration.String()` (the `window` field,
+//! flag defaults). One implementation each, for both crates.
+
+use std::fmt::Write as _;
+
+/// Go's `strconv.Quote` (`%q`): double quotes, `\a \b \f \n \r \t \v \\ \"` escaped,
+/// other control and non-printable characters as `\xNN`, `\uNNNN` or `\UNNNNNNNN`.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if !is_print(c) => {
+                let n = c as u32;
+                let _ = if n < 0x10000 {
+                    write!(out, "\\u{n:04x}")
+                } else {
+                    write!(out, "\\U{n:08x}")
+                };
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Go's `strconv.IsPrint` for what reaches error messages: control characters (C0, DEL, C1),
+/// the line and paragraph separators, the byte-order mark, surrogates' neighbours in the
+/// specials block and non-characters are not printable; the rest is (Go's tables also leave
+/// out unassigned code points, which a selector or name here never holds).
+fn is_print(c: char) -> bool {
+    let n = c as u32;
+    !(n < 0x20
+        || (0x7f..=0x9f).contains(&n)
+        || n == 0xad
+        || n == 0x2028
+        || n == 0x2029
+        || n == 0xfeff
+        || (0xfff9..=0xfffb).contains(&n)
+        || (0xfdd0..=0xfdef).contains(&n)
+        || n & 0xfffe == 0xfffe)
+}
+
+/// Writes Go's `time.Duration(ns).String()`: `10s`, `15.012s`, `1m0s`, `1h2m3.5s`, `1.5ms`,
+/// `1µs`, `500ns`, `0s`, `-2s`.
+pub fn write_go_duration(out: &mut Vec<u8>, ns: i64) {
+    let mut buf = [0u8; 32];
+    let mut w = buf.len();
+    let neg = ns < 0;
+    let mut u = ns.unsigned_abs();
+    if u < 1_000_000_000 {
+        w -= 1;
+        buf[w] = b's';
+        w -= 1;
+        let prec;
+        if u == 0 {
+            buf[w] = b'0';
+            out.extend_from_slice(&buf[w..]);
+            return;
+        } else if u < 1_000 {
+            prec = 0;
+            buf[w] = b'n';
+        } else if u < 1_000_000 {
+            prec = 3;
+            // U+00B5 MICRO SIGN, as Go writes it.
+            w -= 1;
+            buf[w] = 0xC2;
+            buf[w + 1] = 0xB5;
+        } else {
+            prec = 6;
+            buf[w] = b'm';
+        }
+        (w, u) = fmt_frac(&mut buf, w, u, prec);
+        w = fmt_int(&mut buf, w, u);
+    } else {
+        w -= 1;
+        buf[w] = b's';
+        (w, u) = fmt_frac(&mut buf, w, u, 9);
+        w = fmt_int(&mut buf, w, u % 60);
+        u /= 60;
+        if u > 0 {
+            w -= 1;
+            buf[w] = b'm';
+            w = fmt_int(&mut buf, w, u % 60);
+            u /= 60;
+            if u > 0 {
+                w -= 1;
+                buf[w] = b'h';
+                w = fmt_int(&mut buf, w, u);
+            }
+        }
+    }
+    if neg {
+        w -= 1;
+        buf[w] = b'-';
+    }
+    out.extend_from_slice(&buf[w..]);
+}
+
+/// Go's `fmtFrac`: the fraction of `v / 10^prec` without trailing zeros, into `buf[..w]`.
+fn fmt_frac(buf: &mut [u8; 32], mut w: usize, mut v: u64, prec: usize) -> (usize, u64) {
+    let mut print = false;
+    for _ in 0..prec {
+        let digit = v % 10;
+        print = print || digit != 0;
+        if print {
+            w -= 1;
+            buf[w] = digit as u8 + b'0';
+        }
+        v /= 10;
+    }
+    if print {
+        w -= 1;
+        buf[w] = b'.';
+    }
+    (w, v)
+}
+
+/// Go's `fmtInt`: decimal `v` into `buf[..w]`.
+fn fmt_int(buf: &mut [u8; 32], mut w: usize, mut v: u64) -> usize {
+    if v == 0 {
+        w -= 1;
+        buf[w] = b'0';
+    } else {
+        while v > 0 {
+            w -= 1;
+            buf[w] = (v % 10) as u8 + b'0';
+            v /= 10;
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn dur(ns: i64) -> String {
+        let mut out = Vec::new();
+        write_go_duration(&mut out, ns);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn go_duration_strings() {
+        let ms = 1_000_000i64;
+        let s = 1_000_000_000i64;
+        let cases: &[(i64, &str)] = &[
+            (0, "0s"),
+            (1, "1ns"),
+            (500, "500ns"),
+            (999, "999ns"),
+            (1_000, "1µs"),
+            (1_100, "1.1µs"),
+            (1_500_000, "1.5ms"),
+            (ms, "1ms"),
+            (999_999_999, "999.999999ms"),
+            (s, "1s"),
+            (10 * s, "10s"),
+            (15_012 * ms, "15.012s"),
+            (20_034 * ms, "20.034s"),
+            (17_913 * ms, "17.913s"),
+            (60 * s, "1m0s"),
+            (61 * s + 1, "1m1.000000001s"),
+            (3600 * s, "1h0m0s"),
+            (3723 * s + 500 * ms, "1h2m3.5s"),
+            (-2 * s, "-2s"),
+            (-1_500_000, "-1.5ms"),
+            (i64::MAX, "2562047h47m16.854775807s"),
+            (i64::MIN, "-2562047h47m16.854775808s"),
+        ];
+        for (ns, want) in cases {
+            assert_eq!(dur(*ns), *want, "{ns}");
+        }
+    }
+
+    #[test]
+    fn quote_is_gos_strconv_quote() {
+        let cases: &[(&str, &str)] = &[
+            ("", r#""""#),
+            ("web", r#""web""#),
+            ("a\"b\\c", r#""a\"b\\c""#),
+            ("\n\t\r", r#""\n\t\r""#),
+            ("\u{7}\u{8}\u{c}\u{b}", r#""\a\b\f\v""#),
+            ("\u{1}\u{1f}\u{7f}", r#""\x01\x1f\x7f""#),
+            ("\u{85}\u{2028}\u{feff}", r#""\u0085\u2028\ufeff""#),
+            ("\u{10fffe}", r#""\U0010fffe""#),
+            ("µs ünïcödé 日本", r#""µs ünïcödé 日本""#),
+        ];
+        for (input, want) in cases {
+            assert_eq!(quote(input), *want, "{input:?}");
+        }
+    }
+}
