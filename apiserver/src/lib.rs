@@ -16,6 +16,8 @@
 //! - [`status`]: the Kubernetes `Status` body of every error response.
 //! - [`run`](mod@run): wiring every part together; [`run()`] is what the binary calls.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod auth;
 pub mod config;

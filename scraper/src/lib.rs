@@ -11,6 +11,8 @@
 //! - [`metrics`]: the scraper's self-metrics (`metrics_server_kubelet_*`, tick, storage points).
 //! - [`go`]: Go's `strconv.Quote` and `Duration.String()`, for text that must match Go's.
 
+#![warn(missing_docs)]
+
 pub mod go;
 pub mod inventory;
 pub mod kubelet;

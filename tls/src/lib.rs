@@ -9,6 +9,8 @@
 //! - [`issue`]: certificate generation: the self-signed serving fallback and a small CA for
 //!   tests and the sandbox.
 
+#![warn(missing_docs)]
+
 pub mod client;
 pub mod issue;
 pub mod pem;
