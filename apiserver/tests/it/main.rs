@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod binary;
+mod bounds;
 mod certs;
 mod gzip;
 mod health;
