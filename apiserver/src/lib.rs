@@ -6,6 +6,8 @@
 //! - [`serve`]: hyper + tokio-rustls, HTTP/1.1 and h2, certificate reload, the router.
 //! - [`auth`]: delegated authentication (front-proxy, client CA, TokenReview) and authorization
 //!   (SubjectAccessReview), with the ConfigMap watch.
+//! - [`credentials`]: credentials read from files (serving and kubelet certificates, CAs, the
+//!   kubelet token), reloaded when the files change.
 //! - [`api`]: discovery, OpenAPI, NodeMetrics/PodMetrics, selectors, Table.
 //! - [`health`]: `/livez`, `/readyz`, `/healthz` with metrics-server's check names.
 //! - [`selfmetrics`]: `/metrics` in Prometheus text.
@@ -17,6 +19,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod credentials;
 pub mod health;
 pub mod run;
 pub mod selfmetrics;
@@ -25,6 +28,11 @@ pub mod shed;
 pub mod status;
 
 pub use run::run;
+
+// Lets the shared test decoder (`tests/it/k8s_proto.rs`) name this crate the same way from
+// the unit tests and the integration tests.
+#[cfg(test)]
+extern crate self as apiserver;
 
 use std::convert::Infallible;
 

@@ -1,20 +1,19 @@
 //! Wiring: the Kubernetes client, inventory watches, store, scrape loop, API, health, delegated
-//! authentication and authorization (with the ConfigMap watch) and the HTTPS server, all owned
-//! by one `JoinSet` and stopped on shutdown.
+//! authentication and authorization (with the ConfigMap watch), the HTTPS server and the
+//! reloaders of every credential read from a file, all owned by one `JoinSet` and stopped on
+//! shutdown.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use prometheus_client::registry::Registry;
 use scraper::inventory::Inventory;
 use scraper::kubelet;
 use scraper::metrics::Metrics;
 use scraper::scrape::Progress;
 use scraper::store::Store;
-use secrecy::ExposeSecret as _;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Api;
 use crate::auth::{self, Authenticator, Authorizer};
 use crate::config::{self, Config};
+use crate::credentials::{self, Reloads};
 use crate::health::{self, Health};
 use crate::selfmetrics::{self, Requests};
 use crate::serve::{self, Filter, Router, Server, access, cert};
@@ -130,8 +130,12 @@ pub struct Setup {
     pub listener: Option<TcpListener>,
     /// Where nodes and pods come from.
     pub cluster: Cluster,
-    /// How often `--tls-cert-file` / `--tls-private-key-file` are checked for changes.
+    /// How often every credential file is checked for changes: `--tls-cert-file` /
+    /// `--tls-private-key-file`, the kubelet token, client certificate and CA, and the client
+    /// CA files of authentication.
     pub cert_reload_interval: Duration,
+    /// Counts what the credential reloaders did (tests wait on it).
+    pub reloads: Reloads,
     /// How long in-flight requests may run once shutdown has begun (after
     /// `--shutdown-delay-duration`).
     pub drain_timeout: Duration,
@@ -148,6 +152,7 @@ impl std::fmt::Debug for Setup {
             .field("listener", &self.listener)
             .field("cluster", &self.cluster)
             .field("cert_reload_interval", &self.cert_reload_interval)
+            .field("reloads", &self.reloads.counts())
             .field("drain_timeout", &self.drain_timeout)
             .field("auth", &self.auth)
             .field("filters", &self.filters.len())
@@ -161,6 +166,7 @@ impl Default for Setup {
             listener: None,
             cluster: Cluster::FromFlags,
             cert_reload_interval: Duration::from_secs(2),
+            reloads: Reloads::default(),
             drain_timeout: Duration::from_secs(30),
             auth: Auth::FromFlags,
             filters: Vec::new(),
@@ -198,9 +204,16 @@ pub async fn run_with(
             (None, inventory, true)
         }
     };
+    let kubelet_settings = credentials::kubelet::settings(&config.kubelet, kube_config.as_ref())
+        .map_err(|e| Error::Credentials {
+            flag: e.flag,
+            source: e.source,
+        })?;
     let kubelet_client =
-        kubelet::client::Client::new(kubelet_config(&config, kube_config.as_ref())?)
-            .map_err(Error::Kubelet)?;
+        kubelet::client::Client::new(kubelet_settings.config).map_err(Error::Kubelet)?;
+    let mut reloaders = kubelet_settings
+        .files
+        .reloaders(&kubelet_client, &setup.reloads);
 
     // Shared state and metrics.
     let mut registry = Registry::default();
@@ -247,6 +260,9 @@ pub async fn run_with(
         }
         auth => Some(delegation(&config, auth, kube_config.as_ref()).await?),
     };
+    if let Some(d) = &delegation {
+        reloaders.extend(d.authenticator.ca_file_reloaders(&setup.reloads));
+    }
     let mut filters: Vec<Arc<dyn Filter>> = Vec::new();
     if let Some(d) = &delegation {
         filters.push(Arc::new(access::Authentication::new(
@@ -268,18 +284,17 @@ pub async fn run_with(
 
     // The serving certificate.
     let serving = &config.serving;
-    let (certs, reloader) = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
+    let certs = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
         (Some(cert_file), Some(key_file)) => {
-            let certs = Arc::new(cert::Certs::new(
-                cert::from_files(cert_file, key_file).map_err(serve::Error::from)?,
-            ));
-            let reloader = cert::Reloader::new(cert_file.clone(), key_file.clone(), certs.clone());
-            (certs, Some(reloader))
+            let (certs, reloader) =
+                cert::reloaded(cert_file, key_file, &setup.reloads).map_err(serve::Error::from)?;
+            reloaders.push(reloader);
+            certs
         }
         _ => {
             let key = cert::self_signed_in(&serving.cert_dir, &serving.serving_cert_sans)
                 .map_err(serve::Error::from)?;
-            (Arc::new(cert::Certs::new(key)), None)
+            Arc::new(cert::Certs::new(key))
         }
     };
     if !serving.tls_cipher_suites.is_empty() {
@@ -333,12 +348,12 @@ pub async fn run_with(
             "the authentication ConfigMap watch"
         });
     }
-    if let Some(reloader) = reloader {
+    for reloader in reloaders {
         let stop = stop.clone();
         let interval = setup.cert_reload_interval;
         tasks.spawn(async move {
             reloader.run(interval, stop).await;
-            "the serving certificate reloader"
+            "a credential reloader"
         });
     }
     if let Some(client) = kube_client {
@@ -474,243 +489,10 @@ async fn delegated_kube_config(
     loaded.map_err(|message| Error::DelegatedKubeConfig { what, message })
 }
 
-fn credentials(flag: &'static str) -> impl Fn(tls::Error) -> Error {
-    move |e| Error::Credentials {
-        flag,
-        source: Box::new(e),
-    }
-}
-
-/// The kubelet client settings (metrics-server `KubeletClientOptions.Config`): the cluster's
-/// CA and credentials from the kubeconfig, overridden by the kubelet flags.
-fn kubelet_config(
-    config: &Config,
-    kube: Option<&kube::Config>,
-) -> Result<kubelet::client::Config, Error> {
-    let k = &config.kubelet;
-    let plain_http = k.deprecated_kubelet_completely_insecure;
-    let verify = if k.kubelet_insecure_tls || plain_http {
-        tls::client::Verify::Insecure
-    } else if let Some(path) = &k.kubelet_certificate_authority {
-        tls::client::Verify::Roots(
-            tls::pem::certs_from_file(path)
-                .map_err(credentials("--kubelet-certificate-authority"))?,
-        )
-    } else if let Some(text) = &k.kubelet_certificate_authority_text {
-        tls::client::Verify::Roots(
-            tls::pem::certs_from_slice(text.as_bytes(), "--kubelet-certificate-authority-text")
-                .map_err(credentials("--kubelet-certificate-authority-text"))?,
-        )
-    } else {
-        match kube {
-            Some(kube) if kube.accept_invalid_certs => tls::client::Verify::Insecure,
-            Some(kube) => {
-                let roots: Vec<tls::CertificateDer<'static>> = kube
-                    .root_cert
-                    .iter()
-                    .flatten()
-                    .map(|der| tls::CertificateDer::from(der.clone()))
-                    .collect();
-                if roots.is_empty() {
-                    tracing::warn!(
-                        "no cluster CA in the kubeconfig and no --kubelet-certificate-authority: \
-                         kubelet serving certificates cannot be verified"
-                    );
-                }
-                tls::client::Verify::Roots(roots)
-            }
-            None => {
-                tracing::warn!(
-                    "no kubeconfig and no --kubelet-certificate-authority: kubelet serving \
-                     certificates cannot be verified"
-                );
-                tls::client::Verify::Roots(Vec::new())
-            }
-        }
-    };
-
-    let identity = if plain_http {
-        None
-    } else if let (Some(cert), Some(key)) = (&k.kubelet_client_certificate, &k.kubelet_client_key) {
-        Some(
-            tls::pem::identity_from_files(cert, key)
-                .map_err(credentials("--kubelet-client-certificate"))?,
-        )
-    } else {
-        kube.map(kubeconfig_identity).transpose()?.flatten()
-    };
-
-    let bearer_token = if plain_http {
-        None
-    } else {
-        kube.map(kubeconfig_token).transpose()?.flatten()
-    };
-
-    Ok(kubelet::client::Config {
-        verify,
-        identity,
-        bearer_token,
-        plain_http,
-        timeout: k.kubelet_request_timeout.0,
-        max_body_bytes: usize::try_from(k.kubelet_max_body_bytes.0).unwrap_or(usize::MAX),
-        keep_alive: k.kubelet_keep_alive,
-    })
-}
-
-/// The kubeconfig user's client certificate, when it has one.
-fn kubeconfig_identity(kube: &kube::Config) -> Result<Option<tls::Identity>, Error> {
-    let auth = &kube.auth_info;
-    let bad = |e: String| Error::Credentials {
-        flag: "--kubeconfig",
-        source: e.into(),
-    };
-    let cert = match (&auth.client_certificate_data, &auth.client_certificate) {
-        (Some(data), _) => Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(data.trim())
-                .map_err(|e| bad(format!("client-certificate-data: {e}")))?,
-        ),
-        (None, Some(path)) => Some(std::fs::read(path).map_err(|e| bad(format!("{path}: {e}")))?),
-        (None, None) => None,
-    };
-    let key = match (&auth.client_key_data, &auth.client_key) {
-        (Some(data), _) => Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(data.expose_secret().trim())
-                .map_err(|e| bad(format!("client-key-data: {e}")))?,
-        ),
-        (None, Some(path)) => Some(std::fs::read(path).map_err(|e| bad(format!("{path}: {e}")))?),
-        (None, None) => None,
-    };
-    match (cert, key) {
-        (Some(cert), Some(key)) => tls::pem::identity_from_slices(&cert, &key)
-            .map(Some)
-            .map_err(credentials("--kubeconfig")),
-        _ => Ok(None),
-    }
-}
-
-/// The kubeconfig user's bearer token (the service-account token in-cluster), read once.
-fn kubeconfig_token(kube: &kube::Config) -> Result<Option<String>, Error> {
-    let auth = &kube.auth_info;
-    if let Some(token) = &auth.token {
-        return Ok(Some(token.expose_secret().trim().to_owned()));
-    }
-    match &auth.token_file {
-        Some(path) => std::fs::read_to_string(path)
-            .map(|t| Some(t.trim().to_owned()))
-            .map_err(|e| Error::Credentials {
-                flag: "--kubeconfig",
-                source: format!("token file {path}: {e}").into(),
-            }),
-        None => Ok(None),
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    fn flags(args: &[&str]) -> Config {
-        let mut argv = vec!["metrics-server"];
-        argv.extend_from_slice(args);
-        Config::try_parse_from(argv).unwrap()
-    }
-
-    #[test]
-    fn kubelet_credentials_come_from_the_kubeconfig() {
-        let ca = tls::issue::Ca::new("cluster-ca").unwrap();
-        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-        kube.root_cert = Some(vec![ca.cert().to_vec()]);
-        kube.auth_info.token = Some("sa-token\n".to_owned().into());
-        let c = kubelet_config(&flags(&[]), Some(&kube)).unwrap();
-        match &c.verify {
-            tls::client::Verify::Roots(roots) => assert_eq!(roots, &[ca.cert().clone()]),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(c.bearer_token.as_deref(), Some("sa-token"));
-        assert!(!c.plain_http);
-        assert_eq!(c.timeout, Duration::from_secs(10));
-        assert_eq!(c.max_body_bytes, 64 << 20);
-        assert!(c.keep_alive);
-        let closed = kubelet_config(&flags(&["--kubelet-keep-alive=false"]), Some(&kube)).unwrap();
-        assert!(!closed.keep_alive);
-    }
-
-    #[test]
-    fn kubelet_flags_override_the_kubeconfig() {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = tls::issue::Ca::new("kubelet-ca").unwrap();
-        let ca_path = dir.path().join("ca.crt");
-        std::fs::write(&ca_path, ca.cert_pem()).unwrap();
-        let client = ca
-            .issue(&tls::issue::LeafSpec {
-                common_name: "metrics-server".into(),
-                client: true,
-                ..Default::default()
-            })
-            .unwrap();
-        let (cert_path, key_path) = (dir.path().join("c.crt"), dir.path().join("c.key"));
-        std::fs::write(&cert_path, &client.cert_pem).unwrap();
-        std::fs::write(&key_path, &client.key_pem).unwrap();
-        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-        kube.root_cert = Some(vec![tls::issue::Ca::new("other").unwrap().cert().to_vec()]);
-        let c = kubelet_config(
-            &flags(&[
-                &format!("--kubelet-certificate-authority={}", ca_path.display()),
-                &format!("--kubelet-client-certificate={}", cert_path.display()),
-                &format!("--kubelet-client-key={}", key_path.display()),
-            ]),
-            Some(&kube),
-        )
-        .unwrap();
-        match &c.verify {
-            tls::client::Verify::Roots(roots) => assert_eq!(roots, &[ca.cert().clone()]),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(c.identity.unwrap().chain, client.identity.chain);
-
-        let c = kubelet_config(&flags(&["--kubelet-insecure-tls"]), Some(&kube)).unwrap();
-        assert!(matches!(c.verify, tls::client::Verify::Insecure));
-    }
-
-    #[test]
-    fn completely_insecure_sends_no_credentials() {
-        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-        kube.auth_info.token = Some("secret".to_owned().into());
-        let c = kubelet_config(
-            &flags(&["--deprecated-kubelet-completely-insecure"]),
-            Some(&kube),
-        )
-        .unwrap();
-        assert!(c.plain_http);
-        assert!(c.bearer_token.is_none());
-        assert!(c.identity.is_none());
-    }
-
-    #[test]
-    fn kubeconfig_client_certificate_data_is_used() {
-        let ca = tls::issue::Ca::new("cluster-ca").unwrap();
-        let client = ca
-            .issue(&tls::issue::LeafSpec {
-                common_name: "admin".into(),
-                client: true,
-                ..Default::default()
-            })
-            .unwrap();
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-        kube.auth_info.client_certificate_data = Some(b64(&client.cert_pem));
-        kube.auth_info.client_key_data = Some(b64(&client.key_pem).into());
-        let c = kubelet_config(&flags(&[]), Some(&kube)).unwrap();
-        assert_eq!(c.identity.unwrap().chain, client.identity.chain);
-        // Garbage is a configuration error, not a panic.
-        kube.auth_info.client_certificate_data = Some("!!!".to_owned());
-        let err = kubelet_config(&flags(&[]), Some(&kube)).unwrap_err();
-        assert_eq!(err.exit_code(), 64);
-    }
 
     #[tokio::test]
     async fn delegated_kubeconfigs_default_to_the_cluster_and_setup_wins() {
@@ -759,21 +541,6 @@ mod tests {
         assert!(
             err.to_string()
                 .starts_with("failed to get delegated authentication kubeconfig: "),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn missing_kubelet_ca_file_is_a_configuration_error() {
-        let err = kubelet_config(
-            &flags(&["--kubelet-certificate-authority=/nonexistent/ca.crt"]),
-            None,
-        )
-        .unwrap_err();
-        assert_eq!(err.exit_code(), 64);
-        assert!(
-            err.to_string()
-                .starts_with("--kubelet-certificate-authority: "),
             "{err}"
         );
     }

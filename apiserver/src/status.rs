@@ -1,10 +1,16 @@
-//! The Kubernetes `Status` object: every error response is built here and nowhere else.
+//! The Kubernetes `Status` object: every error response is built here and nowhere else, in
+//! JSON or (for a client that prefers it) protobuf, as `responsewriters.ErrorNegotiated` does.
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 
 use crate::Body;
+use crate::api::accept::{self, Format};
+use crate::api::proto::{
+    EMPTY_LIST_META, ENVELOPE_TAIL, field_len, put_envelope_head, put_str, put_varint,
+    varint_field_len,
+};
 
 /// A `meta.k8s.io/v1` Status with `status: Failure`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -36,6 +42,17 @@ pub struct Details {
     /// Seconds the client should wait; mirrored in the `Retry-After` header.
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u32>,
+}
+
+impl Details {
+    fn protobuf_len(&self) -> usize {
+        let s = |v: &Option<String>| v.as_deref().map_or(0, str::len);
+        field_len(1, s(&self.name))
+            + field_len(2, s(&self.group))
+            + field_len(3, s(&self.kind))
+            + varint_field_len(5, u64::from(self.retry_after_seconds.unwrap_or(0)))
+            + field_len(6, 0)
+    }
 }
 
 #[derive(Serialize)]
@@ -229,17 +246,71 @@ impl Status {
         serde_json::to_vec(&wire).unwrap_or_else(|_| b"{}".to_vec())
     }
 
+    /// The protobuf body: `metav1.Status` (`metadata = 1 ListMeta, status = 2, message = 3,
+    /// reason = 4, details = 5, code = 6`; `StatusDetails {name = 1, group = 2, kind = 3,
+    /// retryAfterSeconds = 5, uid = 6}`) in the `v1` `Status` envelope, every non-pointer
+    /// field written as gogo does.
+    pub fn to_protobuf(&self) -> Vec<u8> {
+        let details_len = self.details.as_ref().map(Details::protobuf_len);
+        let raw_len = EMPTY_LIST_META.len()
+            + field_len(2, "Failure".len())
+            + field_len(3, self.message.len())
+            + field_len(4, self.reason.len())
+            + details_len.map_or(0, |l| field_len(5, l))
+            + varint_field_len(6, u64::from(self.http));
+        let mut out = Vec::with_capacity(raw_len + 32);
+        put_envelope_head(&mut out, "v1", "Status", raw_len);
+        out.extend_from_slice(EMPTY_LIST_META);
+        put_str(&mut out, 2, "Failure");
+        put_str(&mut out, 3, &self.message);
+        put_str(&mut out, 4, self.reason);
+        if let (Some(d), Some(len)) = (&self.details, details_len) {
+            crate::api::proto::put_header(&mut out, 5, len);
+            put_str(&mut out, 1, d.name.as_deref().unwrap_or(""));
+            put_str(&mut out, 2, d.group.as_deref().unwrap_or(""));
+            put_str(&mut out, 3, d.kind.as_deref().unwrap_or(""));
+            put_varint(&mut out, 5, u64::from(d.retry_after_seconds.unwrap_or(0)));
+            put_str(&mut out, 6, "");
+        }
+        put_varint(&mut out, 6, u64::from(self.http));
+        out.extend_from_slice(ENVELOPE_TAIL);
+        out
+    }
+
     /// The HTTP response: JSON body, `Content-Type: application/json`, and `Retry-After`
     /// when the details carry one.
     pub fn into_response(self) -> Response<Body> {
+        self.into_format(Format::Json)
+    }
+
+    /// The HTTP response in the serializer the request's `Accept` header prefers among JSON
+    /// and protobuf (JSON when it accepts neither).
+    pub fn into_response_for(self, accept: Option<&str>) -> Response<Body> {
+        let format = accept::negotiate_status(accept);
+        self.into_format(format)
+    }
+
+    /// [`into_response_for`](Self::into_response_for) the request's `Accept` header.
+    pub fn into_negotiated(self, request_headers: &http::HeaderMap) -> Response<Body> {
+        let accept = request_headers
+            .get(header::ACCEPT)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()));
+        self.into_response_for(accept.as_deref())
+    }
+
+    fn into_format(self, format: Format) -> Response<Body> {
         let code = StatusCode::from_u16(self.http).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let retry = self.details.as_ref().and_then(|d| d.retry_after_seconds);
-        let mut response = Response::new(crate::full(Bytes::from(self.to_json())));
+        let body = match format {
+            Format::Json => self.to_json(),
+            Format::Protobuf => self.to_protobuf(),
+        };
+        let mut response = Response::new(crate::full(Bytes::from(body)));
         *response.status_mut() = code;
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
+            HeaderValue::from_static(format.content_type()),
         );
         if let Some(seconds) = retry {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));

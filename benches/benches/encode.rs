@@ -11,10 +11,14 @@
 //! (`apiserver::serve::gzip::encode_at`, what kubectl's `Accept-Encoding: gzip` gets) at
 //! zlib-rs levels 1, 2 (the server's `gzip::LEVEL`: zlib's level-1 algorithm) and 6 (the
 //! default), in the same run as the identity list, so the CPU ratio can be read directly.
+//! `pods_150k_protobuf` is the same list in `application/vnd.kubernetes.protobuf` (what
+//! kubectl and the HPA ask for), and `pods_150k_protobuf_prost_owned` builds it the other
+//! way, as owned prost message structs (`String`s, `BTreeMap`s) encoded with
+//! `Message::encode`, to compare with the borrowed writers the server uses.
 //!
 //! `cargo bench -p benches --bench encode`
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -26,6 +30,7 @@ use criterion::{Criterion, Throughput, criterion_group};
 use futures::FutureExt as _;
 use http_body::Body as _;
 use prometheus_client::registry::Registry;
+use prost::Message as _;
 use scraper::inventory::{Inventory, Labels, NodeRecord, PodRecord};
 use scraper::point::{
     ContainerSample, ContainerUsage, NodeName, NodeScrape, PodKey, PodUsage, Sample, Usage,
@@ -34,6 +39,13 @@ use scraper::selector::LabelSelector;
 use scraper::store::Store;
 
 const NOW_NS: i64 = 1_715_611_608_000_000_000;
+
+/// kubectl's and the HPA's `Accept`.
+const CLIENT_GO: &str = "application/vnd.kubernetes.protobuf, */*";
+
+#[path = "../../apiserver/tests/it/k8s_proto.rs"]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod k8s_proto;
 
 /// FNV-1a: a cheap hash so the fake's lookups do not dominate the profile.
 #[derive(Clone, Copy, Default)]
@@ -286,6 +298,22 @@ fn drain(mut body: Body) -> (usize, usize, usize) {
     }
 }
 
+/// A whole body.
+fn collect(response: Option<http::Response<Body>>) -> Vec<u8> {
+    let Some(response) = response else {
+        return Vec::new();
+    };
+    let mut body = response.into_body();
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut out = Vec::new();
+    while let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) {
+        if let Ok(data) = frame.into_data() {
+            out.extend_from_slice(&data);
+        }
+    }
+    out
+}
+
 fn request(path: &str, accept: &str) -> http::request::Parts {
     let (parts, ()) = http::Request::get(path)
         .header("accept", accept)
@@ -318,18 +346,6 @@ fn run_gzip<S: Source>(
     }
 }
 
-/// The whole body, for writing the identity JSON out.
-fn collect(mut body: Body) -> Vec<u8> {
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    let mut out = Vec::new();
-    while let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) {
-        if let Ok(data) = frame.into_data() {
-            out.extend_from_slice(&data);
-        }
-    }
-    out
-}
-
 fn bench(c: &mut Criterion) {
     let mut registry = Registry::default();
     let h = Handler::new(
@@ -341,7 +357,12 @@ fn bench(c: &mut Criterion) {
         (
             "pods_150k_json",
             "/apis/metrics.k8s.io/v1beta1/pods",
-            "application/vnd.kubernetes.protobuf, */*",
+            "application/json",
+        ),
+        (
+            "pods_150k_protobuf",
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            CLIENT_GO,
         ),
         (
             "pods_150k_table",
@@ -352,6 +373,11 @@ fn bench(c: &mut Criterion) {
             "nodes_5k_json",
             "/apis/metrics.k8s.io/v1/nodes",
             "application/json",
+        ),
+        (
+            "nodes_5k_protobuf",
+            "/apis/metrics.k8s.io/v1/nodes",
+            CLIENT_GO,
         ),
         (
             "pods_30_namespace_selector",
@@ -368,22 +394,42 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(bytes as u64));
         group.bench_function(name, |b| b.iter(|| run(&h, &parts)));
     }
+    // The borrowed writers and prost's own encoder must produce the same bytes.
+    let served = collect(h.handle(
+        &request("/apis/metrics.k8s.io/v1beta1/pods", CLIENT_GO),
+        NOW_NS,
+    ));
     drop(h);
+    let memory = Memory::new(5_000, 30);
+    let owned = owned_prost_list(&memory);
+    assert!(owned == served, "prost-owned and served protobuf differ");
+    let bytes = owned.len();
+    drop((owned, served));
+    eprintln!("pods_150k_protobuf_prost_owned: {bytes} bytes (identical to the served body)");
+    group.throughput(Throughput::Bytes(bytes as u64));
+    group.bench_function("pods_150k_protobuf_prost_owned", |b| {
+        b.iter(|| owned_prost_list(&memory).len())
+    });
+    drop(memory);
     // The same 150k-pod list through the real Inventory + Store.
     let h = Handler::new(
         live(5_000, 30),
         LabelSelector::default(),
         &mut Registry::default(),
     );
-    let parts = request(
-        "/apis/metrics.k8s.io/v1beta1/pods",
-        "application/vnd.kubernetes.protobuf, */*",
-    );
-    let (bytes, frames, largest) = run(&h, &parts);
-    eprintln!("pods_150k_json_store: {bytes} bytes in {frames} frames (largest {largest} bytes)");
-    group.throughput(Throughput::Bytes(bytes as u64));
-    group.bench_function("pods_150k_json_store", |b| b.iter(|| run(&h, &parts)));
-    // The same list gzip-encoded; throughput counts the identity bytes, as the CPU does.
+    for (name, accept) in [
+        ("pods_150k_json_store", "application/json"),
+        ("pods_150k_protobuf_store", CLIENT_GO),
+    ] {
+        let parts = request("/apis/metrics.k8s.io/v1beta1/pods", accept);
+        let (bytes, frames, largest) = run(&h, &parts);
+        eprintln!("{name}: {bytes} bytes in {frames} frames (largest {largest} bytes)");
+        group.throughput(Throughput::Bytes(bytes as u64));
+        group.bench_function(name, |b| b.iter(|| run(&h, &parts)));
+    }
+    // The JSON list gzip-encoded; throughput counts the identity bytes, as the CPU does.
+    let parts = request("/apis/metrics.k8s.io/v1beta1/pods", "application/json");
+    let bytes = run(&h, &parts).0;
     for level in [1, gzip::LEVEL, 6] {
         let (gz, frames, largest) = run_gzip(&h, &parts, level);
         eprintln!(
@@ -451,10 +497,105 @@ fn repeat<S: Source>(
         .sum()
 }
 
-/// `ENCODE_ITERS=N` runs the 150,000-pod JSON list N times without criterion, for
-/// `perf stat` (instructions and CPU time are steadier than wall time on a shared machine);
-/// with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the fake, and
-/// with `ENCODE_GZIP=<level>` gzip-encoded at that level.
+/// The 150,000-pod list as owned prost structs (what a generated-code encoder needs: every
+/// string copied, every quantity formatted into a `String`), then `Message::encode`, then
+/// the envelope. Same objects as the handler's `pods_150k_protobuf`.
+fn owned_prost_list(m: &Memory) -> Vec<u8> {
+    use k8s_proto::{
+        ContainerMetrics, Duration, ListMeta, ObjectMeta, PodMetrics, PodMetricsList, Quantity,
+        Time, TypeMeta, Unknown,
+    };
+    let quantity = |write: fn(&mut Vec<u8>, u64), v: u64| {
+        let mut out = Vec::with_capacity(24);
+        write(&mut out, v);
+        Quantity {
+            string: Some(String::from_utf8(out).unwrap_or_default()),
+        }
+    };
+    let time = |ns: i64| {
+        Some(Time {
+            seconds: Some(ns.div_euclid(1_000_000_000)),
+            nanos: Some(0),
+        })
+    };
+    let empty = || Some(String::new());
+    let items = m
+        .pods
+        .iter()
+        .filter_map(|record| {
+            let usage = m.pod_usage("", &record.key.name, NOW_NS)?;
+            Some(PodMetrics {
+                metadata: Some(ObjectMeta {
+                    name: Some(record.key.name.to_string()),
+                    generate_name: empty(),
+                    namespace: Some(record.key.namespace.to_string()),
+                    self_link: empty(),
+                    uid: empty(),
+                    resource_version: empty(),
+                    generation: Some(0),
+                    creation_timestamp: time(NOW_NS),
+                    labels: record
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect(),
+                    ..ObjectMeta::default()
+                }),
+                timestamp: time(usage.timestamp_ns),
+                window: Some(Duration {
+                    duration: Some(usage.window_ns),
+                }),
+                containers: usage
+                    .containers
+                    .iter()
+                    .map(|c| {
+                        let mut u = BTreeMap::new();
+                        u.insert(
+                            "cpu".to_owned(),
+                            quantity(apiserver::api::quantity::write_cpu, c.cpu_nanocores),
+                        );
+                        u.insert(
+                            "memory".to_owned(),
+                            quantity(apiserver::api::quantity::write_memory, c.memory_bytes),
+                        );
+                        ContainerMetrics {
+                            name: Some(c.name.to_string()),
+                            usage: u,
+                        }
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
+    let list = PodMetricsList {
+        metadata: Some(ListMeta {
+            self_link: empty(),
+            resource_version: empty(),
+            r#continue: empty(),
+            remaining_item_count: None,
+        }),
+        items,
+    };
+    let unknown = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some("metrics.k8s.io/v1beta1".to_owned()),
+            kind: Some("PodMetricsList".to_owned()),
+        }),
+        raw: Some(list.encode_to_vec()),
+        content_encoding: empty(),
+        content_type: empty(),
+    };
+    let mut out = b"k8s\0".to_vec();
+    out.reserve(unknown.encoded_len());
+    unknown.encode(&mut out).unwrap_or_default();
+    out
+}
+
+/// `ENCODE_ITERS=N` runs the 150,000-pod list N times without criterion, for `perf stat`
+/// (instructions and CPU time are steadier than wall time on a shared machine); as JSON, or
+/// as protobuf with `ENCODE_FORMAT=protobuf` (`ENCODE_FORMAT=prost-owned`: the owned-struct
+/// encoder); with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the
+/// fake, and with `ENCODE_GZIP=<level>` gzip-encoded at that level.
 /// `ENCODE_DUMP=<file>` writes the store list's identity JSON there (to compare the gzip
 /// bytes with other compressors) and exits.
 fn main() {
@@ -464,12 +605,9 @@ fn main() {
             LabelSelector::default(),
             &mut Registry::default(),
         );
-        let parts = request(
-            "/apis/metrics.k8s.io/v1beta1/pods",
-            "application/vnd.kubernetes.protobuf, */*",
-        );
-        let body = h.handle(&parts, NOW_NS).map(|r| collect(r.into_body()));
-        if let Err(e) = std::fs::write(&path, body.unwrap_or_default()) {
+        let parts = request("/apis/metrics.k8s.io/v1beta1/pods", "application/json");
+        let body = collect(h.handle(&parts, NOW_NS));
+        if let Err(e) = std::fs::write(&path, body) {
             eprintln!("writing {path}: {e}");
         }
         return;
@@ -486,10 +624,18 @@ fn main() {
         .and_then(|v| v.parse::<u32>().ok())
     {
         let mut registry = Registry::default();
-        let parts = request(
-            "/apis/metrics.k8s.io/v1beta1/pods",
-            "application/vnd.kubernetes.protobuf, */*",
-        );
+        let format = std::env::var("ENCODE_FORMAT").unwrap_or_default();
+        let accept = match format.as_str() {
+            "protobuf" => CLIENT_GO,
+            _ => "application/json",
+        };
+        if format == "prost-owned" {
+            let memory = Memory::new(5_000, 30);
+            let total: usize = (0..iters).map(|_| owned_prost_list(&memory).len()).sum();
+            eprintln!("{iters} lists, {total} bytes (prost owned structs)");
+            return;
+        }
+        let parts = request("/apis/metrics.k8s.io/v1beta1/pods", accept);
         let store = std::env::var("ENCODE_SOURCE").is_ok_and(|s| s == "store");
         let total = if store {
             let h = Handler::new(live(5_000, 30), LabelSelector::default(), &mut registry);
@@ -503,7 +649,7 @@ fn main() {
             repeat(&h, &parts, iters, gzip_level)
         };
         eprintln!(
-            "{iters} lists, {total} bytes (source: {}, gzip level: {gzip_level:?})",
+            "{iters} lists, {total} bytes (source: {}, accept: {accept}, gzip level: {gzip_level:?})",
             if store { "store" } else { "memory" }
         );
         return;

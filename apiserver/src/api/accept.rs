@@ -1,5 +1,6 @@
 //! `Accept` negotiation as the generic apiserver does it (`goautoneg.ParseAccept` +
-//! `negotiation.NegotiateMediaTypeOptions`), for the one serializer we have: JSON.
+//! `negotiation.NegotiateMediaTypeOptions`) over our serializers, in kube-apiserver's order:
+//! JSON (the default for `*/*`), then protobuf. Discovery documents have JSON only.
 
 /// One media range of an `Accept` header.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,11 +86,41 @@ impl MetaVersion {
     }
 }
 
+/// A serializer: the media type of the response body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `application/json`.
+    Json,
+    /// `application/vnd.kubernetes.protobuf` (the `k8s\0` + `runtime.Unknown` envelope).
+    Protobuf,
+}
+
+impl Format {
+    /// The response `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Protobuf => PROTOBUF,
+        }
+    }
+
+    /// The media subtype a range must name (or `*`) to select this serializer.
+    fn subtype(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Protobuf => "vnd.kubernetes.protobuf",
+        }
+    }
+}
+
+/// The protobuf media type.
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
 /// What the response will be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// Plain `application/json` of the object.
-    Json,
+    /// The object itself, no conversion (`application/json` or protobuf).
+    Object,
     /// `as=Table;g=meta.k8s.io;v=...`
     Table(MetaVersion),
     /// `as=PartialObjectMetadata;g=meta.k8s.io;v=...`
@@ -111,34 +142,68 @@ pub enum Endpoint {
     AggregatedDiscovery,
 }
 
-/// The message of the 406 Status.
+/// The message of the 406 Status on a JSON-only document (discovery).
 pub const NOT_ACCEPTABLE: &str = "only the following media types are accepted: application/json";
 
-/// The first acceptable media range's target, or `None` (406). An absent or empty header
-/// means JSON.
+/// The message of the 406 Status on NodeMetrics / PodMetrics.
+pub const NOT_ACCEPTABLE_RESOURCE: &str = "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf";
+
+/// The serializers of discovery documents.
+const JSON_ONLY: &[Format] = &[Format::Json];
+/// The serializers of NodeMetrics / PodMetrics and of Status, in kube-apiserver's order.
+const ALL: &[Format] = &[Format::Json, Format::Protobuf];
+
+/// The first acceptable media range's target for a JSON-only document, or `None` (406).
+/// An absent or empty header means JSON.
 pub fn negotiate(header: Option<&str>, endpoint: Endpoint) -> Option<Target> {
+    negotiate_in(header, endpoint, JSON_ONLY).map(|(_, target)| target)
+}
+
+/// The serializer and target of a NodeMetrics / PodMetrics response, or `None` (406).
+pub fn negotiate_resource(header: Option<&str>) -> Option<(Format, Target)> {
+    negotiate_in(header, Endpoint::Resource, ALL)
+}
+
+/// The serializer of an error `Status` (`responsewriters.ErrorNegotiated`: no conversion
+/// allowed; when nothing is acceptable the Status is still written, as JSON).
+pub fn negotiate_status(header: Option<&str>) -> Format {
+    negotiate_in(header, Endpoint::Plain, ALL).map_or(Format::Json, |(format, _)| format)
+}
+
+/// `NegotiateMediaTypeOptions`: ranges by preference, and for each the serializers in
+/// order; the first whose media type the range matches and whose options are allowed wins.
+fn negotiate_in(
+    header: Option<&str>,
+    endpoint: Endpoint,
+    formats: &[Format],
+) -> Option<(Format, Target)> {
     let header = match header {
         None | Some("") => {
-            return (endpoint != Endpoint::AggregatedDiscovery).then_some(Target::Json);
+            return (endpoint != Endpoint::AggregatedDiscovery)
+                .then_some((Format::Json, Target::Object));
         }
         Some(h) => h,
     };
     for range in parse(header) {
-        let serializer_matches = (range.typ == "application"
-            && (range.subtype == "json" || range.subtype == "*"))
-            || (range.typ == "*" && range.subtype == "*");
-        if !serializer_matches {
-            continue;
-        }
-        if let Some(target) = accept_options(&range, endpoint) {
-            return Some(target);
+        for &format in formats {
+            let serializer_matches = (range.typ == "application"
+                && (range.subtype == format.subtype() || range.subtype == "*"))
+                || (range.typ == "*" && range.subtype == "*");
+            if !serializer_matches {
+                continue;
+            }
+            if let Some(target) = accept_options(&range, endpoint, format) {
+                return Some((format, target));
+            }
         }
     }
     None
 }
 
-/// `acceptMediaTypeOptions` + `AllowsMediaTypeTransform` for the JSON serializer.
-fn accept_options(range: &MediaRange<'_>, endpoint: Endpoint) -> Option<Target> {
+/// `acceptMediaTypeOptions` + `AllowsMediaTypeTransform` (`endpoints/handlers/rest.go`):
+/// Table only as JSON (or YAML, which we do not serve), PartialObjectMetadata in any
+/// serializer.
+fn accept_options(range: &MediaRange<'_>, endpoint: Endpoint, format: Format) -> Option<Target> {
     if let Some(stream) = range.param("stream")
         && !stream.is_empty()
         && stream != "watch"
@@ -151,7 +216,7 @@ fn accept_options(range: &MediaRange<'_>, endpoint: Endpoint) -> Option<Target> 
     let convert =
         kind.is_some() || group.is_some() || version.is_some() || range.param("sv").is_some();
     if !convert {
-        return (endpoint != Endpoint::AggregatedDiscovery).then_some(Target::Json);
+        return (endpoint != Endpoint::AggregatedDiscovery).then_some(Target::Object);
     }
     let (kind, group, version) = (
         kind.unwrap_or(""),
@@ -174,7 +239,7 @@ fn accept_options(range: &MediaRange<'_>, endpoint: Endpoint) -> Option<Target> 
                 _ => return None,
             };
             match kind {
-                "Table" => Some(Target::Table(v)),
+                "Table" => (format == Format::Json).then_some(Target::Table(v)),
                 "PartialObjectMetadata" => Some(Target::Partial(v)),
                 "PartialObjectMetadataList" => Some(Target::PartialList(v)),
                 _ => None,
@@ -204,12 +269,12 @@ mod tests {
         ] {
             assert_eq!(
                 negotiate(Some(h), Endpoint::Resource),
-                Some(Target::Json),
+                Some(Target::Object),
                 "{h}"
             );
         }
-        assert_eq!(negotiate(None, Endpoint::Resource), Some(Target::Json));
-        assert_eq!(negotiate(Some(""), Endpoint::Plain), Some(Target::Json));
+        assert_eq!(negotiate(None, Endpoint::Resource), Some(Target::Object));
+        assert_eq!(negotiate(Some(""), Endpoint::Plain), Some(Target::Object));
     }
 
     #[test]
@@ -253,7 +318,7 @@ mod tests {
         // Discovery documents have no Table: the fallback applies.
         assert_eq!(
             negotiate(Some(KUBECTL_GET), Endpoint::Plain),
-            Some(Target::Json)
+            Some(Target::Object)
         );
         assert_eq!(
             negotiate(
@@ -293,5 +358,67 @@ mod tests {
             negotiate(Some("application/json"), Endpoint::AggregatedDiscovery),
             None
         );
+    }
+
+    #[test]
+    fn protobuf_for_resources() {
+        let pb = Some((Format::Protobuf, Target::Object));
+        let json = Some((Format::Json, Target::Object));
+        for (h, want) in [
+            ("application/vnd.kubernetes.protobuf, */*", pb),
+            ("application/vnd.kubernetes.protobuf", pb),
+            ("application/vnd.kubernetes.protobuf,application/json", pb),
+            (
+                "application/json;q=0.5, application/vnd.kubernetes.protobuf",
+                pb,
+            ),
+            ("*/*", json),
+            ("application/*", json),
+            (
+                "application/json, application/vnd.kubernetes.protobuf",
+                json,
+            ),
+            ("text/html, application/vnd.kubernetes.protobuf;q=0.1", pb),
+            (
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1;g=meta.k8s.io",
+                Some((Format::Json, Target::Table(MetaVersion::V1))),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+                Some((Format::Protobuf, Target::PartialList(MetaVersion::V1))),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
+                None,
+            ),
+            ("application/vnd.kubernetes.protobuf;stream=other", None),
+            ("application/yaml", None),
+        ] {
+            assert_eq!(negotiate_resource(Some(h)), want, "{h}");
+        }
+        assert_eq!(negotiate_resource(None), json);
+    }
+
+    #[test]
+    fn status_follows_the_preferred_serializer_without_conversions() {
+        for (h, want) in [
+            ("application/vnd.kubernetes.protobuf, */*", Format::Protobuf),
+            ("application/vnd.kubernetes.protobuf", Format::Protobuf),
+            (KUBECTL_GET, Format::Json),
+            (
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/vnd.kubernetes.protobuf",
+                Format::Protobuf,
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
+                Format::Json,
+            ),
+            ("application/yaml", Format::Json),
+            ("*/*", Format::Json),
+            ("", Format::Json),
+        ] {
+            assert_eq!(negotiate_status(Some(h)), want, "{h}");
+        }
+        assert_eq!(negotiate_status(None), Format::Json);
     }
 }

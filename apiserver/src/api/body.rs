@@ -21,12 +21,13 @@ pub const BUFFERED_ITEMS: usize = 128;
 /// Writes one item.
 pub type WriteItem<T> = fn(&mut Vec<u8>, &Ctx, &T);
 
-/// A list: `head`, the items separated by commas, `tail`.
+/// A list: `head`, the items (separated by commas in JSON), `tail`.
 pub struct ListBody<T> {
     head: Vec<u8>,
     items: Vec<T>,
     next: usize,
     tail: &'static [u8],
+    separator: &'static [u8],
     ctx: Ctx,
     write: WriteItem<T>,
     done: bool,
@@ -56,10 +57,18 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
             items,
             next: 0,
             tail,
+            separator: b",",
             ctx,
             write,
             done: false,
         }
+    }
+
+    /// Items follow each other with nothing between them (protobuf's repeated field),
+    /// instead of JSON's comma.
+    pub fn without_separator(mut self) -> Self {
+        self.separator = b"";
+        self
     }
 
     /// Appends output to `out` until it reaches `target` bytes or the document ends.
@@ -69,7 +78,7 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
         }
         while self.next < self.items.len() && out.len() < target {
             if self.next > 0 {
-                out.push(b',');
+                out.extend_from_slice(self.separator);
             }
             (self.write)(out, &self.ctx, &self.items[self.next]);
             self.next += 1;

@@ -49,6 +49,8 @@ pub struct Ctx {
     pub api_version: &'static str,
     /// `"<RFC 3339>"` of the response time, quotes included (`creationTimestamp`).
     pub creation: Vec<u8>,
+    /// The response time in Unix nanoseconds (protobuf `creationTimestamp`).
+    pub creation_ns: i64,
     /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`: Table and PartialObjectMetadata version.
     pub meta_api_version: &'static str,
     /// Table rows: what `object` holds.
@@ -68,6 +70,7 @@ impl Ctx {
         Ctx {
             api_version,
             creation,
+            creation_ns: now_ns,
             meta_api_version: "meta.k8s.io/v1",
             include: Include::Metadata,
             usage_columns: true,

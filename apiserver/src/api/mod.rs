@@ -4,10 +4,12 @@
 //!
 //! # Layout
 //! - [`routes`] maps a path → [`routes::Route`].
-//! - [`accept`] does `Accept` negotiation (JSON, Table, PartialObjectMetadata, discovery v2).
+//! - [`accept`] does `Accept` negotiation (JSON, protobuf, Table, PartialObjectMetadata,
+//!   discovery v2).
 //! - [`query`] decodes the query string decoding as Go's `url.ParseQuery`.
 //! - [`encode`], [`json`], [`quantity`], [`time`] are the hand-written JSON writers.
-//! - [`body`] streams list bodies.
+//! - [`proto`] writes the same objects in Kubernetes protobuf.
+//! - [`body`] streams list bodies; `respond` shapes an answer in the negotiated form.
 //! - [`discovery`], [`openapi`] hold the documents built once at startup.
 //! - [`metrics`] holds `metrics_server_api_metric_freshness_seconds`.
 
@@ -18,14 +20,20 @@ pub mod encode;
 pub mod json;
 pub mod metrics;
 pub mod openapi;
+pub mod proto;
 pub mod quantity;
 pub mod query;
+mod respond;
 pub mod routes;
 pub mod time;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod proto_tests;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -39,12 +47,12 @@ use scraper::point::{PodKey, PodUsage, Usage};
 use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 
-use self::accept::{Endpoint, Target};
-use self::body::{ListBody, WriteItem};
+use self::accept::{Endpoint, Format, Target};
 use self::discovery::{AGGREGATED_CONTENT_TYPE, Discovery};
 use self::encode::{Ctx, Include, NodeItem, PodItem};
 use self::metrics::Freshness;
 use self::openapi::{Doc, OpenApi};
+use self::respond::{SingleItem, nodes_list, pods_list, single};
 use self::routes::{Resource, Route, Version};
 use crate::Body;
 use crate::status::Status;
@@ -176,12 +184,18 @@ fn header_str<'a>(parts: &'a Parts, name: header::HeaderName) -> Option<Cow<'a, 
 }
 
 /// `GET`/`HEAD` only; anything else is go-restful's 405 through the apiserver's error handler.
-fn method_not_allowed() -> Response<Body> {
-    Status::method_not_allowed_generic().into_response()
+fn method_not_allowed(accept: Option<&str>) -> Response<Body> {
+    Status::method_not_allowed_generic().into_response_for(accept)
 }
 
 fn not_acceptable() -> Response<Body> {
     Status::not_acceptable(accept::NOT_ACCEPTABLE).into_response()
+}
+
+/// The 406 of NodeMetrics / PodMetrics: always JSON (`WriteObjectNegotiated` writes the
+/// negotiation failure with `WriteRawJSON`).
+fn not_acceptable_resource() -> Response<Body> {
+    Status::not_acceptable(accept::NOT_ACCEPTABLE_RESOURCE).into_response()
 }
 
 /// A list request's selectors.
@@ -212,14 +226,14 @@ impl<S: Source> Handler<S> {
     /// See [`Api::handle`].
     pub fn handle(&self, parts: &Parts, now_ns: i64) -> Option<Response<Body>> {
         let route = routes::route(parts.uri.path())?;
-        if route == Route::NotFound {
-            return Some(Status::no_route().into_response());
-        }
-        if parts.method != Method::GET && parts.method != Method::HEAD {
-            return Some(method_not_allowed());
-        }
         let accept = header_str(parts, header::ACCEPT);
         let accept = accept.as_deref();
+        if route == Route::NotFound {
+            return Some(Status::no_route().into_response_for(accept));
+        }
+        if parts.method != Method::GET && parts.method != Method::HEAD {
+            return Some(method_not_allowed(accept));
+        }
         Some(match route {
             Route::Apis => self.apis(parts, accept),
             Route::Group => plain(accept, &self.discovery.group),
@@ -232,7 +246,7 @@ impl<S: Source> Handler<S> {
                 serve_doc(parts, self.openapi.v3(v), Some(&path), now_ns)
             }
             Route::Version => json_response(crate::full(self.discovery.version.clone())),
-            Route::NotFound => Status::no_route().into_response(),
+            Route::NotFound => Status::no_route().into_response_for(accept),
         })
     }
 
@@ -267,8 +281,8 @@ impl<S: Source> Handler<S> {
         r: Resource<'_>,
         now_ns: i64,
     ) -> Response<Body> {
-        let Some(target) = accept::negotiate(accept, Endpoint::Resource) else {
-            return not_acceptable();
+        let Some((format, target)) = accept::negotiate_resource(accept) else {
+            return not_acceptable_resource();
         };
         let query = parts.uri.query();
         let mut ctx = Ctx::new(v.group_version(), now_ns);
@@ -291,40 +305,56 @@ impl<S: Source> Handler<S> {
                 "unrecognized includeObject value: {}",
                 go_quote(value)
             ))
-            .into_response()
+            .into_response_for(accept)
         };
         match r {
             Resource::Nodes | Resource::Pods(_) => {
                 let list = match self.list_query(query, &r) {
                     Ok(q) => q,
-                    Err(status) => return status.into_response(),
+                    Err(status) => return status.into_response_for(accept),
                 };
                 match r {
                     Resource::Pods(ns) => {
-                        let items = self.list_pods(ns.as_deref(), &list, now_ns);
+                        // Protobuf needs the length of the whole list first: measure each
+                        // item as it is selected, while its data is in cache.
+                        let mut measured = None;
+                        let items = if format == Format::Protobuf {
+                            let measure = match target {
+                                Target::PartialList(_) => proto::POD_PARTIAL.len,
+                                _ => proto::POD.len,
+                            };
+                            let mut raw_len = proto::EMPTY_LIST_META.len();
+                            let items = self.list_pods(ns.as_deref(), &list, now_ns, |item| {
+                                raw_len += proto::field_len(2, measure(&ctx, item));
+                            });
+                            measured = Some(raw_len);
+                            items
+                        } else {
+                            self.list_pods(ns.as_deref(), &list, now_ns, |_| {})
+                        };
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
-                            _ => pods_list(target, ctx, items),
+                            _ => pods_list(format, target, ctx, items, measured, accept),
                         }
                     }
                     _ => {
                         let items = self.list_nodes(&list, now_ns);
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
-                            _ => nodes_list(target, ctx, items),
+                            _ => nodes_list(format, target, ctx, items, accept),
                         }
                     }
                 }
             }
             Resource::Node(name) => match (self.get_node(&name, now_ns), bad_include) {
-                (Err(status), _) => status.into_response(),
+                (Err(status), _) => status.into_response_for(accept),
                 (Ok(_), Some(v)) => bad(&v),
-                (Ok(item), None) => single(target, &ctx, SingleItem::Node(&item)),
+                (Ok(item), None) => single(format, target, &ctx, SingleItem::Node(&item), accept),
             },
             Resource::Pod(ns, name) => match (self.get_pod(&ns, &name, now_ns), bad_include) {
-                (Err(status), _) => status.into_response(),
+                (Err(status), _) => status.into_response_for(accept),
                 (Ok(_), Some(v)) => bad(&v),
-                (Ok(item), None) => single(target, &ctx, SingleItem::Pod(&item)),
+                (Ok(item), None) => single(format, target, &ctx, SingleItem::Pod(&item), accept),
             },
         }
     }
@@ -383,7 +413,15 @@ impl<S: Source> Handler<S> {
         self.list_nodes_for(&q.labels, &q.fields, now_ns)
     }
 
-    fn list_pods(&self, namespace: Option<&str>, q: &ListQuery, now_ns: i64) -> Vec<PodItem> {
+    /// Pods matching the selectors, with usage, sorted by namespace and name; `visit` sees
+    /// each as it is selected.
+    fn list_pods(
+        &self,
+        namespace: Option<&str>,
+        q: &ListQuery,
+        now_ns: i64,
+        mut visit: impl FnMut(&PodItem),
+    ) -> Vec<PodItem> {
         // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
         let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
         let pods = self.source.pods(namespace);
@@ -407,10 +445,12 @@ impl<S: Source> Handler<S> {
             }
             if let Some(usage) = self.source.pod_usage(&key.namespace, &key.name, now_ns) {
                 batch.observe(now_ns, usage.timestamp_ns);
-                items.push(PodItem {
+                let item = PodItem {
                     record: Arc::clone(record),
                     usage,
-                });
+                };
+                visit(&item);
+                items.push(item);
             }
         }
         if !sorted {
@@ -541,160 +581,4 @@ fn serve_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Re
         }
     }
     r
-}
-
-enum SingleItem<'a> {
-    Node(&'a NodeItem),
-    Pod(&'a PodItem),
-}
-
-/// A single object in the negotiated form.
-fn single(target: Target, ctx: &Ctx, item: SingleItem<'_>) -> Response<Body> {
-    let mut out = Vec::with_capacity(1024);
-    match target {
-        Target::Json | Target::DiscoveryV2 => match item {
-            SingleItem::Node(n) => encode::write_node(&mut out, ctx, n, true),
-            SingleItem::Pod(p) => encode::write_pod(&mut out, ctx, p, true),
-        },
-        Target::Partial(_) => match item {
-            SingleItem::Node(n) => encode::write_node_partial(&mut out, ctx, n),
-            SingleItem::Pod(p) => encode::write_pod_partial(&mut out, ctx, p),
-        },
-        Target::PartialList(_) => {
-            let t = match item {
-                SingleItem::Node(_) => "*metrics.NodeMetrics",
-                SingleItem::Pod(_) => "*metrics.PodMetrics",
-            };
-            return Status::not_acceptable(format!(
-                "you requested PartialObjectMetadataList, but the requested object is not a list ({t})"
-            ))
-            .into_response();
-        }
-        Target::Table(_) => {
-            let mut ctx = ctx.clone();
-            if let SingleItem::Pod(p) = item {
-                ctx.usage_columns = !p.usage.containers.is_empty();
-            }
-            table_head(&mut out, &ctx, true);
-            match item {
-                SingleItem::Node(n) => encode::write_node_row(&mut out, &ctx, n),
-                SingleItem::Pod(p) => encode::write_pod_row(&mut out, &ctx, p),
-            }
-            out.extend_from_slice(b"]}");
-        }
-    }
-    out.push(b'\n');
-    json_response(crate::full(out))
-}
-
-/// `{"kind":"Table",...,"rows":[` (or the whole empty Table when there are no rows).
-fn table_head(out: &mut Vec<u8>, ctx: &Ctx, has_rows: bool) {
-    out.extend_from_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"");
-    out.extend_from_slice(ctx.meta_api_version.as_bytes());
-    out.extend_from_slice(b"\",\"metadata\":{},\"columnDefinitions\":");
-    if has_rows {
-        encode::write_table_columns(out, ctx.usage_columns);
-        out.extend_from_slice(b",\"rows\":[");
-    } else {
-        out.extend_from_slice(b"null,\"rows\":null}");
-    }
-}
-
-fn list_head(out: &mut Vec<u8>, kind: &str, api_version: &str) {
-    out.push(b'{');
-    encode::write_type_meta(out, kind, api_version);
-    out.extend_from_slice(b"\"metadata\":{},\"items\":");
-}
-
-/// How a list of one resource is written.
-struct ListKind<T> {
-    /// `NodeMetricsList` / `PodMetricsList`.
-    kind: &'static str,
-    /// The Go type named in the PartialObjectMetadata 406.
-    go_type: &'static str,
-    json: WriteItem<T>,
-    partial: WriteItem<T>,
-    row: WriteItem<T>,
-}
-
-/// Streams a list in the negotiated form.
-fn list_body<T: Send + Sync + Unpin + 'static>(
-    target: Target,
-    ctx: Ctx,
-    items: Vec<T>,
-    k: ListKind<T>,
-) -> Response<Body> {
-    let ListKind {
-        kind: list_kind,
-        go_type,
-        json,
-        partial,
-        row,
-    } = k;
-    let mut head = Vec::with_capacity(1024);
-    let (write, tail): (WriteItem<T>, &'static [u8]) = match target {
-        Target::Json | Target::DiscoveryV2 => {
-            list_head(&mut head, list_kind, ctx.api_version);
-            head.push(b'[');
-            (json, b"]}\n")
-        }
-        Target::PartialList(_) => {
-            list_head(&mut head, "PartialObjectMetadataList", ctx.meta_api_version);
-            if items.is_empty() {
-                head.extend_from_slice(b"null}\n");
-                return json_response(crate::full(head));
-            }
-            head.push(b'[');
-            (partial, b"]}\n")
-        }
-        Target::Partial(_) => {
-            return Status::not_acceptable(format!(
-                "you requested PartialObjectMetadata, but the requested object is a list ({go_type})"
-            ))
-            .into_response();
-        }
-        Target::Table(_) => {
-            if items.is_empty() {
-                table_head(&mut head, &ctx, false);
-                head.push(b'\n');
-                return json_response(crate::full(head));
-            }
-            table_head(&mut head, &ctx, true);
-            (row, b"]}\n")
-        }
-    };
-    json_response(ListBody::new(head, items, tail, ctx, write).into_body())
-}
-
-fn nodes_list(target: Target, ctx: Ctx, items: Vec<NodeItem>) -> Response<Body> {
-    list_body(
-        target,
-        ctx,
-        items,
-        ListKind {
-            kind: "NodeMetricsList",
-            go_type: "*metrics.NodeMetricsList",
-            json: |out, ctx, item| encode::write_node(out, ctx, item, false),
-            partial: encode::write_node_partial,
-            row: encode::write_node_row,
-        },
-    )
-}
-
-fn pods_list(target: Target, mut ctx: Ctx, items: Vec<PodItem>) -> Response<Body> {
-    if let Some(first) = items.first() {
-        ctx.usage_columns = !first.usage.containers.is_empty();
-    }
-    list_body(
-        target,
-        ctx,
-        items,
-        ListKind {
-            kind: "PodMetricsList",
-            go_type: "*metrics.PodMetricsList",
-            json: |out, ctx, item| encode::write_pod(out, ctx, item, false),
-            partial: encode::write_pod_partial,
-            row: encode::write_pod_row,
-        },
-    )
 }

@@ -54,6 +54,57 @@ pub fn write_memory(out: &mut Vec<u8>, bytes: u64) {
     write_memory_bytes(out, go_uint64(bytes));
 }
 
+/// The length of [`write_cpu`]'s output, without writing it (protobuf needs every length
+/// before the bytes).
+pub fn cpu_len(nanocores: u64) -> usize {
+    decimal_si_len(go_uint64(nanocores), -9)
+}
+
+/// The length of [`write_memory`]'s output, without writing it.
+pub fn memory_len(bytes: u64) -> usize {
+    let bytes = go_uint64(bytes);
+    if bytes < 1024 {
+        return decimal_si_len(bytes, 0);
+    }
+    let (mut amount, mut power) = (bytes, 0);
+    while amount.is_multiple_of(1024) && power < BINARY_SUFFIXES.len() - 1 {
+        amount >>= 10;
+        power += 1;
+    }
+    digits_u128(amount) + BINARY_SUFFIXES[power].len()
+}
+
+/// The length of [`write_decimal_si`]'s output.
+fn decimal_si_len(mantissa: u128, scale: i32) -> usize {
+    if mantissa == 0 {
+        return 1;
+    }
+    if let Ok(m) = u64::try_from(mantissa)
+        && m <= u64::MAX / 100
+    {
+        let (amount, exponent) = canonical(m, scale);
+        return digits_u128(u128::from(amount)) + decimal_suffix_len(exponent);
+    }
+    // Rare (beyond ~1.8e17): write it out.
+    let mut scratch = Vec::with_capacity(48);
+    write_decimal_si(&mut scratch, mantissa, scale);
+    scratch.len()
+}
+
+fn decimal_suffix_len(exponent: i32) -> usize {
+    DECIMAL_SUFFIXES
+        .get((exponent / 3 + 3) as usize)
+        .map_or(0, |s| s.len())
+}
+
+/// Decimal digits in `v` (1 for 0).
+fn digits_u128(v: u128) -> usize {
+    match u64::try_from(v) {
+        Ok(small) => small.checked_ilog10().map_or(1, |d| d as usize + 1),
+        Err(_) => v.ilog10() as usize + 1,
+    }
+}
+
 /// `int64Amount.AsCanonicalBytes` + the DecimalSI suffix: strip factors of ten into the
 /// exponent, then bring the exponent down to a multiple of three.
 fn write_decimal_si(out: &mut Vec<u8>, mantissa: u128, scale: i32) {
@@ -279,5 +330,31 @@ mod tests {
         out.clear();
         write_memory_bytes(&mut out, 1u128 << 70);
         assert_eq!(out, b"1024Ei");
+    }
+
+    #[test]
+    fn lengths_match_the_writers() {
+        let mut values: Vec<u64> = vec![0, 1, 9, 10, 999, 1000, 1023, 1024, 1025, 12_345_000];
+        for shift in 0..64 {
+            let p = 1u64 << shift;
+            values.extend([p - 1, p, p + 1]);
+        }
+        let mut p10 = 1u64;
+        while let Some(next) = p10.checked_mul(10) {
+            values.extend([p10 - 1, p10, p10 + 1, p10 * 3, next / 2]);
+            p10 = next;
+        }
+        values.extend([u64::MAX, u64::MAX - 1, i64::MAX as u64, i64::MAX as u64 + 1]);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            values.extend([x, x >> (x % 64), (x >> 40) * 1000, (x >> 44) << 10]);
+        }
+        for v in values {
+            assert_eq!(cpu_len(v), cpu(v).len(), "cpu {v}");
+            assert_eq!(memory_len(v), mem(v).len(), "memory {v}");
+        }
     }
 }

@@ -1,28 +1,28 @@
 //! Query string access as Go's `url.ParseQuery` + `Values.Get` see it: `&`-separated pairs,
 //! `+` is a space, percent escapes decoded, pairs with `;` or bad escapes dropped, the first
 //! value of a key wins.
+//!
+//! The one query decoder of the server: the API, authorization's attributes, load shedding's
+//! request shapes and the health endpoints all read the query through it.
 
 use std::borrow::Cow;
 
+/// Every (key, value) pair of the raw query string, in order, decoded as `url.ParseQuery`
+/// does; malformed pairs are skipped.
+pub fn pairs(query: Option<&str>) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.contains(';'))
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((unescape(k)?, unescape(v)?))
+        })
+}
+
 /// The first value of `key` in the raw query string.
 pub fn get<'a>(query: Option<&'a str>, key: &str) -> Option<Cow<'a, str>> {
-    let query = query?;
-    for pair in query.split('&') {
-        if pair.is_empty() || pair.contains(';') {
-            continue;
-        }
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let Some(k) = unescape(k) else {
-            continue;
-        };
-        if k != key {
-            continue;
-        }
-        if let Some(v) = unescape(v) {
-            return Some(v);
-        }
-    }
-    None
+    pairs(query).find(|(k, _)| k == key).map(|(_, v)| v)
 }
 
 /// `url.QueryUnescape`; `None` on a malformed escape.

@@ -16,7 +16,7 @@ use super::*;
 
 const S: i64 = 1_000_000_000;
 /// 2024-05-13T14:46:48Z
-const NOW: i64 = 1_715_611_608 * S;
+pub(super) const NOW: i64 = 1_715_611_608 * S;
 /// 2024-05-13T14:46:35Z
 const TS: i64 = 1_715_611_595 * S;
 
@@ -123,7 +123,7 @@ impl Source for Fake {
     }
 }
 
-fn usage(cpu: u64, mem: u64) -> Usage {
+pub(super) fn usage(cpu: u64, mem: u64) -> Usage {
     Usage {
         timestamp_ns: TS,
         window_ns: 20_034_000_000,
@@ -134,7 +134,7 @@ fn usage(cpu: u64, mem: u64) -> Usage {
 }
 
 /// Two nodes with data, one without; pods in two namespaces, one without data.
-fn cluster() -> Fake {
+pub(super) fn cluster() -> Fake {
     let mut f = Fake {
         reverse: true,
         ..Fake::default()
@@ -172,33 +172,33 @@ fn cluster() -> Fake {
     f
 }
 
-fn handler_with(f: Fake, node_selector: &str) -> (Handler<Fake>, Registry) {
+pub(super) fn handler_with(f: Fake, node_selector: &str) -> (Handler<Fake>, Registry) {
     let mut registry = Registry::default();
     let sel = LabelSelector::parse(node_selector).unwrap();
     let h = Handler::new(f, sel, &mut registry);
     (h, registry)
 }
 
-fn handler() -> Handler<Fake> {
+pub(super) fn handler() -> Handler<Fake> {
     handler_with(cluster(), "").0
 }
 
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
-    frames: usize,
-    largest_frame: usize,
+pub(super) struct Reply {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Vec<u8>,
+    pub(super) frames: usize,
+    pub(super) largest_frame: usize,
 }
 
 impl Reply {
-    fn text(&self) -> &str {
+    pub(super) fn text(&self) -> &str {
         std::str::from_utf8(&self.body).unwrap()
     }
-    fn json(&self) -> serde_json::Value {
+    pub(super) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap()
     }
-    fn header(&self, name: &str) -> &str {
+    pub(super) fn header(&self, name: &str) -> &str {
         self.headers
             .get(name)
             .map(|v| v.to_str().unwrap())
@@ -207,7 +207,7 @@ impl Reply {
 }
 
 /// Drains a body: every body here is ready at once (buffered, or encoded on poll).
-fn collect(mut body: Body) -> (Vec<u8>, usize, usize) {
+pub(super) fn collect(mut body: Body) -> (Vec<u8>, usize, usize) {
     let mut cx = Context::from_waker(std::task::Waker::noop());
     let (mut out, mut frames, mut largest) = (Vec::new(), 0, 0);
     loop {
@@ -226,7 +226,7 @@ fn collect(mut body: Body) -> (Vec<u8>, usize, usize) {
     }
 }
 
-fn call<S: Source>(
+pub(super) fn call<S: Source>(
     h: &Handler<S>,
     method: Method,
     uri: &str,
@@ -249,20 +249,20 @@ fn call<S: Source>(
     })
 }
 
-fn get<S: Source>(h: &Handler<S>, uri: &str) -> Reply {
+pub(super) fn get<S: Source>(h: &Handler<S>, uri: &str) -> Reply {
     call(h, Method::GET, uri, &[]).unwrap()
 }
 
-fn get_with<S: Source>(h: &Handler<S>, uri: &str, accept: &str) -> Reply {
+pub(super) fn get_with<S: Source>(h: &Handler<S>, uri: &str, accept: &str) -> Reply {
     call(h, Method::GET, uri, &[("accept", accept)]).unwrap()
 }
 
-const MASTER: &str = r#"{"metadata":{"name":"k8s-master","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"kubernetes.io/hostname":"k8s-master","kubernetes.io/os":"linux"}},"timestamp":"2024-05-13T14:46:35Z","window":"20.034s","usage":{"cpu":"167390565n","memory":"1690836Ki"}}"#;
-const WORKER1: &str = r#"{"metadata":{"name":"worker-1","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"role":"worker"}},"timestamp":"2024-05-13T14:46:35Z","window":"20.034s","usage":{"cpu":"5m","memory":"3Mi"}}"#;
-const BUSYBOX: &str = r#"{"metadata":{"name":"busybox","namespace":"default","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"app":"busybox"}},"timestamp":"2024-05-13T14:46:35Z","window":"15.012s","containers":[{"name":"busybox","usage":{"cpu":"0","memory":"340Ki"}}]}"#;
-const COREDNS: &str = r#"{"metadata":{"name":"coredns","namespace":"kube-system","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"k8s-app":"kube-dns"}},"timestamp":"2024-05-13T14:46:35Z","window":"15.012s","containers":[{"name":"coredns","usage":{"cpu":"7338891n","memory":"14520Ki"}},{"name":"a-sidecar","usage":{"cpu":"12345u","memory":"1k"}}]}"#;
+pub(super) const MASTER: &str = r#"{"metadata":{"name":"k8s-master","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"kubernetes.io/hostname":"k8s-master","kubernetes.io/os":"linux"}},"timestamp":"2024-05-13T14:46:35Z","window":"20.034s","usage":{"cpu":"167390565n","memory":"1690836Ki"}}"#;
+pub(super) const WORKER1: &str = r#"{"metadata":{"name":"worker-1","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"role":"worker"}},"timestamp":"2024-05-13T14:46:35Z","window":"20.034s","usage":{"cpu":"5m","memory":"3Mi"}}"#;
+pub(super) const BUSYBOX: &str = r#"{"metadata":{"name":"busybox","namespace":"default","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"app":"busybox"}},"timestamp":"2024-05-13T14:46:35Z","window":"15.012s","containers":[{"name":"busybox","usage":{"cpu":"0","memory":"340Ki"}}]}"#;
+pub(super) const COREDNS: &str = r#"{"metadata":{"name":"coredns","namespace":"kube-system","creationTimestamp":"2024-05-13T14:46:48Z","labels":{"k8s-app":"kube-dns"}},"timestamp":"2024-05-13T14:46:35Z","window":"15.012s","containers":[{"name":"coredns","usage":{"cpu":"7338891n","memory":"14520Ki"}},{"name":"a-sidecar","usage":{"cpu":"12345u","memory":"1k"}}]}"#;
 
-fn with_type(kind: &str, v: &str, obj: &str) -> String {
+pub(super) fn with_type(kind: &str, v: &str, obj: &str) -> String {
     format!(
         "{{\"kind\":\"{kind}\",\"apiVersion\":\"metrics.k8s.io/{v}\",{}",
         &obj[1..]
@@ -414,7 +414,7 @@ fn labels_are_omitted_when_empty() {
     );
 }
 
-fn status_json(message: &str, reason: &str, details: &str, code: u16) -> String {
+pub(super) fn status_json(message: &str, reason: &str, details: &str, code: u16) -> String {
     format!(
         "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\"message\":{},\"reason\":\"{reason}\",{details}\"code\":{code}}}",
         serde_json::to_string(message).unwrap()
@@ -672,7 +672,7 @@ fn not_acceptable_is_406() {
     let h = handler();
     for accept in [
         "application/yaml",
-        "application/vnd.kubernetes.protobuf",
+        "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
         "application/json;as=Table;g=meta.k8s.io;v=v2",
     ] {
         for path in [
@@ -681,10 +681,11 @@ fn not_acceptable_is_406() {
         ] {
             let r = get_with(&h, path, accept);
             assert_eq!(r.status, 406, "{accept} {path}");
+            assert_eq!(r.header("content-type"), "application/json");
             assert_eq!(
                 r.text(),
                 status_json(
-                    "only the following media types are accepted: application/json",
+                    "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf",
                     "NotAcceptable",
                     "",
                     406
@@ -696,18 +697,26 @@ fn not_acceptable_is_406() {
         get_with(&h, "/apis/metrics.k8s.io/v1", "application/yaml").status,
         406
     );
-    for accept in [
-        "application/vnd.kubernetes.protobuf, */*",
-        "application/*",
-        "*/*",
-    ] {
+    // Discovery is JSON only.
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1",
+        "application/vnd.kubernetes.protobuf",
+    );
+    assert_eq!(r.status, 406);
+    assert!(
+        r.text().contains("accepted: application/json\""),
+        "{}",
+        r.text()
+    );
+    for accept in ["application/*", "*/*", "application/json"] {
         let r = get_with(&h, "/apis/metrics.k8s.io/v1/nodes", accept);
         assert_eq!(r.status, 200, "{accept}");
         assert_eq!(r.header("content-type"), "application/json");
     }
 }
 
-const KUBECTL_GET: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+pub(super) const KUBECTL_GET: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 const COLUMNS: &str = r#"[{"name":"Name","type":"string","format":"name","description":"Name of the resource","priority":0},{"name":"cpu","type":"string","format":"quantity","description":"","priority":0},{"name":"memory","type":"string","format":"quantity","description":"","priority":0},{"name":"Window","type":"string","format":"duration","description":"","priority":0}]"#;
 
 #[test]

@@ -41,16 +41,9 @@ pub struct ResourceRequest {
     pub field_requirements: Vec<Requirement>,
 }
 
-/// One selector requirement as SubjectAccessReview carries it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requirement {
-    /// Label or field key.
-    pub key: String,
-    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
-    pub operator: &'static str,
-    /// Values (sorted and unique for labels).
-    pub values: Vec<String>,
-}
+/// One selector requirement as SubjectAccessReview carries it: the API's own selector
+/// grammar (`scraper::selector`) reads it, so what is authorized is what is filtered.
+pub use scraper::selector::SelectorRequirement as Requirement;
 
 impl Attributes {
     /// The verb, for either kind.
@@ -117,23 +110,17 @@ pub fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attribute
     }
     request.resource = rest[0].to_owned();
 
-    let query: Vec<(String, String)> = query
-        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
-        .unwrap_or_default();
-    let first = |key: &str| {
-        query
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    };
+    let first = |key: &str| crate::api::query::get(query, key);
     if request.name.is_empty() && request.verb == "get" {
-        let watch = first("watch")
-            .is_some_and(|w| !matches!(w.to_ascii_lowercase().as_str(), "false" | "0" | ""));
+        let watch = crate::api::query::flag(query, "watch");
         request.verb = if watch { "watch" } else { "list" }.to_owned();
     }
     if matches!(request.verb.as_str(), "list" | "watch" | "deletecollection") {
+        // A selector that does not parse authorizes the broader, unfiltered list (the
+        // request itself then fails with 400), as k8s.io/apiserver does.
         if let Some(selector) = first("fieldSelector") {
-            request.field_requirements = field_requirements(selector).unwrap_or_default();
+            request.field_requirements =
+                scraper::selector::field_requirements(&selector).unwrap_or_default();
             if request.name.is_empty()
                 && let Some(name) = exact_name(&request.field_requirements)
             {
@@ -141,7 +128,9 @@ pub fn attributes(method: &Method, path: &str, query: Option<&str>) -> Attribute
             }
         }
         if let Some(selector) = first("labelSelector") {
-            request.label_requirements = label_requirements(selector).unwrap_or_default();
+            request.label_requirements = scraper::selector::LabelSelector::parse(&selector)
+                .map(|s| s.authorization_requirements())
+                .unwrap_or_default();
         }
     }
     Attributes::Resource(request)
@@ -157,218 +146,17 @@ fn exact_name(requirements: &[Requirement]) -> Option<String> {
         .filter(|n| !matches!(n.as_str(), "." | "..") && !n.contains(['/', '%']))
 }
 
-/// `fields.ParseSelector`: `k=v`, `k==v`, `k!=v` terms split on unescaped commas.
-fn field_requirements(selector: &str) -> Option<Vec<Requirement>> {
-    let mut out = Vec::new();
-    if selector.is_empty() {
-        return Some(out);
-    }
-    for term in split_unescaped(selector, ',') {
-        let (key, operator, value) = split_field_term(&term)?;
-        out.push(Requirement {
-            key: key.to_owned(),
-            operator,
-            values: vec![unescape_field_value(value)],
-        });
-    }
-    Some(out)
-}
-
-fn split_unescaped(s: &str, sep: char) -> Vec<String> {
-    let mut terms = Vec::new();
-    let mut current = String::new();
-    let mut escaped = false;
-    for c in s.chars() {
-        if escaped {
-            current.push(c);
-            escaped = false;
-        } else if c == '\\' {
-            current.push(c);
-            escaped = true;
-        } else if c == sep {
-            terms.push(std::mem::take(&mut current));
-        } else {
-            current.push(c);
-        }
-    }
-    terms.push(current);
-    terms
-}
-
-fn split_field_term(term: &str) -> Option<(&str, &'static str, &str)> {
-    for (i, _) in term.char_indices() {
-        let rest = &term[i..];
-        for (op, operator) in [("!=", "NotIn"), ("==", "In"), ("=", "In")] {
-            if let Some(value) = rest.strip_prefix(op) {
-                return Some((&term[..i], operator, value));
-            }
-        }
-    }
-    None
-}
-
-fn unescape_field_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    let mut chars = value.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(next) = chars.next() {
-                out.push(next);
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Token {
-    Ident(String),
-    Not,
-    Eq,
-    NotEq,
-    Gt,
-    Lt,
-    Comma,
-    Open,
-    Close,
-}
-
-fn lex(s: &str) -> Vec<Token> {
-    let mut tokens = Vec::new();
-    let mut chars = s.chars().peekable();
-    while let Some(&c) = chars.peek() {
-        match c {
-            c if c.is_whitespace() => {
-                chars.next();
-            }
-            '!' | '=' | '>' | '<' | ',' | '(' | ')' => {
-                chars.next();
-                let double = chars.peek() == Some(&'=');
-                tokens.push(match c {
-                    '!' if double => {
-                        chars.next();
-                        Token::NotEq
-                    }
-                    '=' if double => {
-                        chars.next();
-                        Token::Eq
-                    }
-                    '!' => Token::Not,
-                    '=' => Token::Eq,
-                    '>' => Token::Gt,
-                    '<' => Token::Lt,
-                    ',' => Token::Comma,
-                    '(' => Token::Open,
-                    _ => Token::Close,
-                });
-            }
-            _ => {
-                let mut ident = String::new();
-                while let Some(&c) = chars.peek() {
-                    if c.is_whitespace() || "!=><,()".contains(c) {
-                        break;
-                    }
-                    ident.push(c);
-                    chars.next();
-                }
-                tokens.push(Token::Ident(ident));
-            }
-        }
-    }
-    tokens
-}
-
-/// `labels.ParseToRequirements` for the operators SubjectAccessReview carries: `=`/`==`/`in`
-/// become `In`, `!=`/`notin` `NotIn`, `k` `Exists`, `!k` `DoesNotExist`; `>`/`<` parse but
-/// are left out (as upstream). Requirements sorted by key, values sorted and unique. `None`
-/// when the selector does not parse.
-fn label_requirements(selector: &str) -> Option<Vec<Requirement>> {
-    let tokens = lex(selector);
-    let mut out = Vec::new();
-    let mut i = 0;
-    let ident = |i: usize| match tokens.get(i) {
-        Some(Token::Ident(s)) => Some(s.clone()),
-        _ => None,
-    };
-    while i < tokens.len() {
-        if tokens[i] == Token::Not {
-            let key = ident(i + 1)?;
-            out.push(requirement(key, "DoesNotExist", Vec::new()));
-            i += 2;
-        } else {
-            let key = ident(i)?;
-            i += 1;
-            match tokens.get(i) {
-                None | Some(Token::Comma) => out.push(requirement(key, "Exists", Vec::new())),
-                Some(op @ (Token::Eq | Token::NotEq | Token::Gt | Token::Lt)) => {
-                    let value = match tokens.get(i + 1) {
-                        Some(Token::Ident(v)) => {
-                            i += 1;
-                            v.clone()
-                        }
-                        None | Some(Token::Comma) => String::new(),
-                        Some(_) => return None,
-                    };
-                    i += 1;
-                    match op {
-                        Token::Eq => out.push(requirement(key, "In", vec![value])),
-                        Token::NotEq => out.push(requirement(key, "NotIn", vec![value])),
-                        _ => {}
-                    }
-                }
-                Some(Token::Ident(word)) if word == "in" || word == "notin" => {
-                    let operator = if word == "in" { "In" } else { "NotIn" };
-                    if tokens.get(i + 1) != Some(&Token::Open) {
-                        return None;
-                    }
-                    i += 2;
-                    let mut values = Vec::new();
-                    loop {
-                        match tokens.get(i) {
-                            Some(Token::Ident(v)) => {
-                                values.push(v.clone());
-                                i += 1;
-                            }
-                            Some(Token::Comma) => {
-                                i += 1;
-                            }
-                            Some(Token::Close) => {
-                                i += 1;
-                                break;
-                            }
-                            _ => return None,
-                        }
-                    }
-                    out.push(requirement(key, operator, values));
-                }
-                Some(_) => return None,
-            }
-        }
-        match tokens.get(i) {
-            None => {}
-            Some(Token::Comma) => i += 1,
-            Some(_) => return None,
-        }
-    }
-    out.sort_by(|a, b| a.key.cmp(&b.key));
-    Some(out)
-}
-
-fn requirement(key: String, operator: &'static str, mut values: Vec<String>) -> Requirement {
-    values.sort();
-    values.dedup();
-    Requirement {
-        key,
-        operator,
-        values,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn requirement(key: String, operator: &'static str, values: Vec<String>) -> Requirement {
+        Requirement {
+            key,
+            operator,
+            values,
+        }
+    }
 
     fn resource(method: Method, path: &str, query: Option<&str>) -> ResourceRequest {
         match attributes(&method, path, query) {
@@ -485,18 +273,36 @@ mod tests {
 
     #[test]
     fn bad_selectors_give_no_requirements() {
-        assert_eq!(label_requirements("a in b"), None);
-        assert_eq!(label_requirements("a=b c"), None);
-        assert_eq!(field_requirements("metadata.name"), None);
-        assert_eq!(
-            label_requirements("a!=b,c>3").expect("parses"),
-            vec![requirement("a".into(), "NotIn", vec!["b".into()])]
+        let list = |key: &str, selector: &str| {
+            let query: String = form_urlencoded::Serializer::new(String::new())
+                .append_pair(key, selector)
+                .finish();
+            resource(Method::GET, "/apis/metrics.k8s.io/v1/pods", Some(&query))
+        };
+        assert!(
+            list("labelSelector", "a in b")
+                .label_requirements
+                .is_empty()
+        );
+        assert!(list("labelSelector", "a=b c").label_requirements.is_empty());
+        // What the API would reject with a 400 (an invalid label value) is not authorized
+        // on either: the same parser reads both.
+        assert!(list("labelSelector", "a=-b-").label_requirements.is_empty());
+        assert!(
+            list("fieldSelector", "metadata.name")
+                .field_requirements
+                .is_empty()
         );
         assert_eq!(
-            field_requirements(r"a!=x\,y,b==z").expect("parses"),
+            list("labelSelector", "a!=b,c>3").label_requirements,
+            vec![requirement("a".into(), "NotIn", vec!["b".into()])]
+        );
+        // Terms sorted, as `fields.ParseSelector` sorts them; any field is authorized on.
+        assert_eq!(
+            list("fieldSelector", r"spec.nodeName!=x\,y,metadata.name==z").field_requirements,
             vec![
-                requirement("a".into(), "NotIn", vec!["x,y".into()]),
-                requirement("b".into(), "In", vec!["z".into()]),
+                requirement("metadata.name".into(), "In", vec!["z".into()]),
+                requirement("spec.nodeName".into(), "NotIn", vec!["x,y".into()]),
             ]
         );
     }

@@ -11,6 +11,9 @@
 //! - `x509`: certificate-chain verification with the clientAuth usage; client-CA users (CN/O).
 //! - `token`: bearer tokens checked by TokenReview, cached.
 //! - [`configmap`]: `kube-system/extension-apiserver-authentication`, parsed and watched.
+//!   `--client-ca-file` and `--requestheader-client-ca-file` each replace their half of it, as
+//!   in k8s.io/apiserver (a flag's CA file, reloaded when it changes, or else the ConfigMap's,
+//!   never a union of both), and are reloaded by [`Authenticator::ca_file_reloaders`].
 //! - [`attributes`]: the authorization attributes of a request (`RequestInfoFactory`).
 //! - `sar`: the authorizer (groups, paths, SubjectAccessReview) and the 403 wording.
 //! - `cache`: the bounded TTL cache of review answers.
@@ -35,6 +38,8 @@ use http::HeaderMap;
 use parking_lot::RwLock;
 use rustls_pki_types::{CertificateDer, UnixTime};
 use tokio_util::sync::CancellationToken;
+
+use crate::credentials::{self, Reloader, Reloads};
 
 pub use attributes::{Attributes, ResourceRequest, attributes};
 pub use sar::{Authorizer, AuthzConfig, AuthzError, Decision, forbidden, review_spec};
@@ -170,14 +175,19 @@ struct Trust {
     client_ca: Option<CaBundle>,
 }
 
+/// The CA files as read at start, until [`Authenticator::ca_file_reloaders`] takes them.
+#[derive(Debug, Default)]
+struct CaFiles {
+    client_ca: Option<credentials::Read>,
+    request_header: Option<credentials::Read>,
+}
+
 /// The authenticator chain: request header, client certificate, bearer token, anonymous.
 pub struct Authenticator {
+    /// `client_ca_file` and `requestheader_client_ca_file`, when set, win over the ConfigMap.
     config: AuthnConfig,
-    /// From `--requestheader-client-ca-file`, which wins over the ConfigMap.
-    flag_request_header: Option<RequestHeader>,
-    /// From `--client-ca-file`, which wins over the ConfigMap.
-    flag_client_ca: Option<CaBundle>,
     trust: RwLock<Arc<Trust>>,
+    ca_files: parking_lot::Mutex<CaFiles>,
     tokens: Option<TokenReviewer>,
     client: Option<kube::Client>,
     /// The client of the ConfigMap watch; `client` unless [`Authenticator::with_watch_client`].
@@ -213,13 +223,22 @@ impl Authenticator {
         config: AuthnConfig,
         client: Option<kube::Client>,
     ) -> Result<Self, AuthnError> {
+        let mut ca_files = CaFiles::default();
         let flag_client_ca = match &config.client_ca_file {
-            Some(path) => Some(ca_file(path)?),
+            Some(path) => {
+                let (ca, read) = ca_file(path)?;
+                ca_files.client_ca = Some(read);
+                Some(ca)
+            }
             None => None,
         };
         let flag_request_header = match &config.requestheader_client_ca_file {
             Some(path) => Some(RequestHeader {
-                ca: ca_file(path)?,
+                ca: {
+                    let (ca, read) = ca_file(path)?;
+                    ca_files.request_header = Some(read);
+                    ca
+                },
                 allowed_names: config.requestheader_allowed_names.clone(),
                 headers: HeaderNames::new(
                     &config.requestheader_username_headers,
@@ -239,11 +258,10 @@ impl Authenticator {
         });
         let auth = Authenticator {
             trust: RwLock::new(Arc::new(Trust {
-                request_header: flag_request_header.clone(),
-                client_ca: flag_client_ca.clone(),
+                request_header: flag_request_header,
+                client_ca: flag_client_ca,
             })),
-            flag_request_header,
-            flag_client_ca,
+            ca_files: parking_lot::Mutex::new(ca_files),
             tokens,
             watch_client: client.clone(),
             client,
@@ -257,7 +275,8 @@ impl Authenticator {
 
     fn lookup_wanted(&self) -> bool {
         !self.config.skip_lookup
-            && (self.flag_client_ca.is_none() || self.flag_request_header.is_none())
+            && (self.config.client_ca_file.is_none()
+                || self.config.requestheader_client_ca_file.is_none())
     }
 
     async fn lookup(&self) -> Result<(), AuthnError> {
@@ -322,13 +341,13 @@ impl Authenticator {
             request_header: trust.request_header.clone(),
             client_ca: trust.client_ca.clone(),
         };
-        if self.flag_client_ca.is_none() {
+        if self.config.client_ca_file.is_none() {
             match parsed.client_ca {
                 Ok(ca) => next.client_ca = ca,
                 Err(e) => errors.push(e),
             }
         }
-        if self.flag_request_header.is_none() {
+        if self.config.requestheader_client_ca_file.is_none() {
             match parsed.request_header {
                 Ok(keys) => {
                     let or_flag = |from_map: Vec<String>, flag: &Vec<String>| {
@@ -359,6 +378,53 @@ impl Authenticator {
         } else {
             Err(AuthnError::Config(errors.join("; ")))
         }
+    }
+
+    /// A reloader for each CA file flag (`--client-ca-file`, `--requestheader-client-ca-file`):
+    /// a changed file takes effect from the next request on, for every connection (the chain
+    /// is verified per request); a bad one is logged and the last good CA kept. The ConfigMap
+    /// keeps updating whatever the flags leave to it. Only the first call returns them.
+    pub fn ca_file_reloaders(self: &Arc<Self>, reloads: &Reloads) -> Vec<Reloader> {
+        let files = std::mem::take(&mut *self.ca_files.lock());
+        let mut reloaders = Vec::new();
+        if let Some(read) = files.client_ca {
+            let auth = Arc::clone(self);
+            reloaders.push(Reloader::new(
+                "client CA file",
+                &read,
+                reloads.clone(),
+                move |read| {
+                    let ca = ca_bundle(read)?;
+                    let mut trust = auth.trust.write();
+                    *trust = Arc::new(Trust {
+                        request_header: trust.request_header.clone(),
+                        client_ca: Some(ca),
+                    });
+                    Ok(())
+                },
+            ));
+        }
+        if let Some(read) = files.request_header {
+            let auth = Arc::clone(self);
+            reloaders.push(Reloader::new(
+                "request-header client CA file",
+                &read,
+                reloads.clone(),
+                move |read| {
+                    let ca = ca_bundle(read)?;
+                    let mut trust = auth.trust.write();
+                    *trust = Arc::new(Trust {
+                        request_header: trust
+                            .request_header
+                            .clone()
+                            .map(|rh| RequestHeader { ca, ..rh }),
+                        client_ca: trust.client_ca.clone(),
+                    });
+                    Ok(())
+                },
+            ));
+        }
+        reloaders
     }
 
     /// Authenticates a request. `peer_chain` is the client certificate chain of the TLS
@@ -435,7 +501,17 @@ impl Authenticator {
     }
 }
 
-fn ca_file(path: &std::path::Path) -> Result<CaBundle, AuthnError> {
-    let certs = tls::pem::certs_from_file(path).map_err(|e| AuthnError::Config(e.to_string()))?;
-    CaBundle::from_der(&certs).map_err(|e| AuthnError::Config(format!("{}: {e}", path.display())))
+/// A CA file flag, read and parsed at start.
+fn ca_file(path: &std::path::Path) -> Result<(CaBundle, credentials::Read), AuthnError> {
+    let read = credentials::read(vec![path.to_path_buf()])
+        .map_err(|e| AuthnError::Config(e.to_string()))?;
+    let ca =
+        ca_bundle(&read).map_err(|reason| AuthnError::Config(read.invalid(reason).to_string()))?;
+    Ok((ca, read))
+}
+
+/// The CA bundle of a CA file (errors without the path: the caller names it).
+fn ca_bundle(read: &credentials::Read) -> Result<CaBundle, String> {
+    let pem = read.contents.first().map_or(&[][..], Vec::as_slice);
+    CaBundle::from_pem(pem, "CA bundle")
 }

@@ -195,6 +195,12 @@ pub struct Kubelet {
     #[arg(long, value_name = "quantity", default_value = "64Mi")]
     pub kubelet_max_body_bytes: ByteSize,
 
+    /// (ours) Most bytes of kubelet response bodies held at once, over all scrapes in flight
+    /// (a quantity); a body waits for room as it streams in. At least
+    /// --kubelet-max-body-bytes.
+    #[arg(long, value_name = "quantity", default_value = "256Mi")]
+    pub kubelet_max_bodies_bytes: ByteSize,
+
     /// (ours) Keep one idle HTTPS connection per kubelet between scrapes. false closes it
     /// after each scrape: less memory per node, one TLS handshake per node per period.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",

@@ -213,14 +213,11 @@ impl Health {
     fn root(&self, endpoint: Endpoint, query: Option<&str>, now_ns: i64) -> Response<Body> {
         let mut verbose = false;
         let mut excluded = BTreeSet::new();
-        for (key, value) in query.unwrap_or("").split('&').filter_map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            Some((percent_decode(k)?, percent_decode(v)?))
-        }) {
-            match key.as_str() {
+        for (key, value) in crate::api::query::pairs(query) {
+            match &*key {
                 "verbose" => verbose = true,
                 "exclude" => {
-                    excluded.insert(value);
+                    excluded.insert(value.into_owned());
                 }
                 _ => {}
             }
@@ -368,31 +365,6 @@ fn text(status: StatusCode, body: String) -> Response<Body> {
         HeaderValue::from_static("nosniff"),
     );
     response
-}
-
-/// Decodes `%XX` escapes and `+` in a query component; `None` when malformed.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ impl Filter for Authentication {
                 }
                 Err(error) => {
                     tracing::debug!(%error, path = parts.uri.path(), "unable to authenticate the request");
-                    Verdict::Reject(Status::unauthorized().into_response())
+                    Verdict::Reject(Status::unauthorized().into_negotiated(&parts.headers))
                 }
             }
         })
@@ -85,7 +85,9 @@ impl Filter for Authorization {
                 Decision::Allow => Verdict::Pass(None),
                 Decision::Deny(reason) => {
                     tracing::debug!(user = %user.name, path = parts.uri.path(), %reason, "forbidden");
-                    Verdict::Reject(auth::forbidden(user, &attrs, &reason).into_response())
+                    Verdict::Reject(
+                        auth::forbidden(user, &attrs, &reason).into_negotiated(&parts.headers),
+                    )
                 }
             };
             parts.extensions.insert(attrs);

@@ -2,15 +2,14 @@
 //! files change on disk, or a self-signed one kept in `--cert-dir`.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::RwLock;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use sha2::{Digest, Sha256};
-use tokio_util::sync::CancellationToken;
+
+use crate::credentials::{self, Reloader, Reloads};
 
 /// File names inside `--cert-dir`, as the generic apiserver's `MaybeDefaultWithSelfSignedCerts`.
 pub const SELF_SIGNED_CERT: &str = "apiserver.crt";
@@ -23,6 +22,9 @@ pub enum Error {
     /// Reading, parsing or signing-key errors from the TLS crate.
     #[error(transparent)]
     Tls(#[from] tls::Error),
+    /// The certificate or key file cannot be read or used.
+    #[error(transparent)]
+    File(#[from] credentials::Error),
     /// The key does not belong to the certificate.
     #[error("{cert}: the private key does not match the certificate: {source}")]
     KeyMismatch {
@@ -195,88 +197,36 @@ fn write_file(path: &Path, contents: &[u8], private: bool) -> std::io::Result<()
     file.sync_all()
 }
 
-/// Watches `--tls-cert-file` / `--tls-private-key-file` and swaps the served certificate when
-/// they change. A bad new pair is logged and the old certificate kept.
-#[derive(Debug)]
-pub struct Reloader {
-    cert: PathBuf,
-    key: PathBuf,
-    certs: Arc<Certs>,
-    /// SHA-256 of the last content tried (good or bad).
-    seen: Option<[u8; 32]>,
+/// Loads `--tls-cert-file` / `--tls-private-key-file` into the returned [`Certs`], and a
+/// reloader that swaps the served certificate when the files change (from the next
+/// handshake on). A bad new pair is logged and the old certificate kept.
+pub fn reloaded(
+    cert: &Path,
+    key: &Path,
+    reloads: &Reloads,
+) -> Result<(Arc<Certs>, Reloader), Error> {
+    let initial = credentials::read(vec![cert.to_path_buf(), key.to_path_buf()])?;
+    let what = cert.display().to_string();
+    let certs = Arc::new(Certs::new(pair(&initial, &what)?));
+    let target = certs.clone();
+    let reloader = Reloader::new(
+        "serving certificate",
+        &initial,
+        reloads.clone(),
+        move |read| {
+            target.replace(pair(read, &what).map_err(|e| e.to_string())?);
+            Ok(())
+        },
+    );
+    Ok((certs, reloader))
 }
 
-impl Reloader {
-    /// A reloader for files whose current content `certs` already serves.
-    pub fn new(cert: PathBuf, key: PathBuf, certs: Arc<Certs>) -> Self {
-        let seen = read_pair(&cert, &key).ok().map(|(c, k)| digest(&c, &k));
-        Reloader {
-            cert,
-            key,
-            certs,
-            seen,
-        }
+/// The certificate and key of a [`credentials::Read`] of the pair.
+fn pair(read: &credentials::Read, what: &str) -> Result<CertifiedKey, Error> {
+    match read.contents.as_slice() {
+        [cert_pem, key_pem] => certified(cert_pem, key_pem, what),
+        _ => Err(read.invalid("a certificate and a key are needed").into()),
     }
-
-    /// Looks once: `Ok(true)` when a new certificate is now served, `Ok(false)` when nothing
-    /// changed, `Err` when the files changed but cannot be used (the old one stays).
-    ///
-    /// The content is compared, not the modification time: two writes within the file
-    /// system's timestamp granularity, or a Secret's symlink swap, are still seen.
-    pub fn check(&mut self) -> Result<bool, Error> {
-        let (cert_pem, key_pem) = read_pair(&self.cert, &self.key)?;
-        let seen = digest(&cert_pem, &key_pem);
-        if self.seen == Some(seen) {
-            return Ok(false);
-        }
-        // Remember the content even when it is bad, so it is reported once, not every poll;
-        // the next write changes the digest and is tried again.
-        self.seen = Some(seen);
-        let key = certified(&cert_pem, &key_pem, &self.cert.display().to_string())?;
-        self.certs.replace(key);
-        Ok(true)
-    }
-
-    /// Polls every `interval` until `shutdown`.
-    pub async fn run(mut self, interval: Duration, shutdown: CancellationToken) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
-        // The same failure (a missing file, say) is logged once, not on every poll.
-        let mut last_error: Option<String> = None;
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = ticker.tick() => {}
-            }
-            match self.check() {
-                Ok(true) => {
-                    last_error = None;
-                    tracing::info!(cert = %self.cert.display(), "reloaded the serving certificate");
-                }
-                Ok(false) => last_error = None,
-                Err(error) => {
-                    let message = error.to_string();
-                    if last_error.as_deref() != Some(message.as_str()) {
-                        tracing::error!(
-                            cert = %self.cert.display(),
-                            error = %message,
-                            "serving certificate changed but cannot be used; keeping the old one"
-                        );
-                        last_error = Some(message);
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn digest(cert: &[u8], key: &[u8]) -> [u8; 32] {
-    let mut hash = Sha256::new();
-    hash.update((cert.len() as u64).to_le_bytes());
-    hash.update(cert);
-    hash.update(key);
-    hash.finalize().into()
 }
 
 #[cfg(test)]
@@ -328,7 +278,10 @@ mod tests {
         assert_eq!(leaf_sans(&fourth), sans());
     }
 
-    fn write_pair(dir: &Path, issued: &tls::issue::Issued) -> (PathBuf, PathBuf) {
+    fn write_pair(
+        dir: &Path,
+        issued: &tls::issue::Issued,
+    ) -> (std::path::PathBuf, std::path::PathBuf) {
         let cert = dir.join("tls.crt");
         let key = dir.join("tls.key");
         std::fs::write(&cert, &issued.cert_pem).unwrap();
@@ -341,8 +294,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let one = tls::issue::self_signed("one", &["one.test".to_owned()]).unwrap();
         let (cert, key) = write_pair(dir.path(), &one);
-        let certs = Arc::new(Certs::new(from_files(&cert, &key).unwrap()));
-        let mut reloader = Reloader::new(cert.clone(), key.clone(), certs.clone());
+        let (certs, mut reloader) = reloaded(&cert, &key, &Reloads::default()).unwrap();
+        assert_eq!(leaf_sans(&certs.current()), ["one.test"]);
         assert!(!reloader.check().unwrap(), "nothing changed");
 
         let two = tls::issue::self_signed("two", &["two.test".to_owned()]).unwrap();
@@ -354,7 +307,10 @@ mod tests {
         let three = tls::issue::self_signed("three", &["three.test".to_owned()]).unwrap();
         std::fs::write(&cert, &three.cert_pem).unwrap();
         let err = reloader.check().unwrap_err();
-        assert!(matches!(err, Error::KeyMismatch { .. }), "{err}");
+        assert!(
+            err.to_string().contains("does not match the certificate"),
+            "{err}"
+        );
         assert_eq!(leaf_sans(&certs.current()), ["two.test"]);
         // Reported once, not on every poll.
         assert!(!reloader.check().unwrap());

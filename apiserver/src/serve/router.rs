@@ -184,7 +184,7 @@ impl Router {
         if let Some(response) = self.api.handle(parts, now_ns) {
             return response;
         }
-        Status::no_route().into_response()
+        Status::no_route().into_negotiated(&parts.headers)
     }
 }
 

@@ -136,14 +136,12 @@ pub fn shape(method: &Method, path: &str, query: Option<&str>, user: Option<&Use
     shape
 }
 
-fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (String, String)> {
-    form_urlencoded::parse(query.unwrap_or("").as_bytes()).map(|(k, v)| (k.into(), v.into()))
-}
-
+/// Whether the API will filter by labels (its first `labelSelector` is not blank).
 fn has_label_selector(query: Option<&str>) -> bool {
-    query_pairs(query).any(|(k, v)| k == "labelSelector" && !v.trim().is_empty())
+    crate::api::query::get(query, "labelSelector").is_some_and(|v| !v.trim().is_empty())
 }
 
+/// Whether the API reads the request as a watch.
 fn is_watch(query: Option<&str>) -> bool {
-    query_pairs(query).any(|(k, v)| k == "watch" && matches!(v.as_str(), "true" | "1"))
+    crate::api::query::flag(query, "watch")
 }

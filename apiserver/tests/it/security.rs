@@ -186,6 +186,108 @@ async fn a_client_ca_certificate_authenticates_as_its_cn_and_o() {
     server.shutdown.cancel();
 }
 
+/// Replaces `path` as a Secret or ConfigMap volume update does: a new file renamed over it.
+fn replace_file(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn a_rotated_client_ca_file_trusts_the_new_ca_and_no_longer_the_old() {
+    let pki = Pki::new();
+    let server = pki.start(Vec::new()).await;
+    let old = with_cert(&pki.client, "alice", &["system:masters"]);
+    let new_ca = Ca::new("kubernetes-2").unwrap();
+    let new = with_cert(&new_ca, "alice", &["system:masters"]);
+    assert_eq!(
+        old.get(server.addr, "/metrics").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        new.get(server.addr, "/metrics").await.status,
+        StatusCode::UNAUTHORIZED,
+        "not trusted before the rotation"
+    );
+
+    // A broken file: logged, the old CA kept.
+    let before = server.reloads.counts();
+    replace_file(
+        &pki.path("client-ca.crt"),
+        "-----BEGIN CERTIFICATE-----\ngarbage\n",
+    );
+    server
+        .reloads
+        .wait_for(|c| c.rejected > before.rejected)
+        .await;
+    assert_eq!(
+        old.get(server.addr, "/metrics").await.status,
+        StatusCode::OK
+    );
+
+    replace_file(&pki.path("client-ca.crt"), new_ca.cert_pem());
+    server
+        .reloads
+        .wait_for(|c| c.applied > before.applied)
+        .await;
+    let r = new.get(server.addr, "/metrics").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = old.get(server.addr, "/metrics").await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (StatusCode::UNAUTHORIZED, UNAUTHORIZED),
+        "the old CA is no longer trusted"
+    );
+    // The front proxy is untouched by the client CA's rotation.
+    let r = with_cert(&pki.front_proxy, "front-proxy-client", &[])
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    server.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_rotated_requestheader_client_ca_file_trusts_the_new_front_proxy_only() {
+    let pki = Pki::new();
+    let server = pki.start(Vec::new()).await;
+    let old = with_cert(&pki.front_proxy, "front-proxy-client", &[]);
+    let new_ca = Ca::new("front-proxy-ca-2").unwrap();
+    let new = with_cert(&new_ca, "front-proxy-client", &[]);
+    let status = |r: Reply| r.status;
+    assert_eq!(
+        status(old.get_with(server.addr, "/metrics", SPOOF).await),
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(new.get_with(server.addr, "/metrics", SPOOF).await),
+        StatusCode::UNAUTHORIZED
+    );
+    let before = server.reloads.counts();
+    replace_file(&pki.path("front-proxy-ca.crt"), new_ca.cert_pem());
+    server
+        .reloads
+        .wait_for(|c| c.applied > before.applied)
+        .await;
+    let r = new.get_with(server.addr, "/metrics", SPOOF).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        status(old.get_with(server.addr, "/metrics", SPOOF).await),
+        StatusCode::UNAUTHORIZED,
+        "the old front-proxy CA is no longer trusted"
+    );
+    // --requestheader-allowed-names still applies to the new CA.
+    let r = with_cert(&new_ca, "someone-else", &[])
+        .get_with(server.addr, "/metrics", SPOOF)
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // The client CA is untouched.
+    let r = with_cert(&pki.client, "alice", &["system:masters"])
+        .get(server.addr, "/metrics")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    server.shutdown.cancel();
+}
+
 #[tokio::test]
 async fn health_is_served_anonymously_and_everything_else_needs_authorization() {
     let pki = Pki::new();

@@ -27,6 +27,8 @@ pub(crate) struct Running {
     pub(crate) task: JoinHandle<Result<(), apiserver::run::Error>>,
     pub(crate) started: Instant,
     pub(crate) dir: PathBuf,
+    /// What the credential reloaders did: wait on it after changing a file.
+    pub(crate) reloads: apiserver::credentials::Reloads,
     _tmp: tempfile::TempDir,
 }
 
@@ -77,10 +79,12 @@ pub(crate) async fn launch(
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
     let started = Instant::now();
+    let reloads = apiserver::credentials::Reloads::default();
     let setup = Setup {
         listener: Some(listener),
         cluster: Cluster::Static(Arc::new(Inventory::new())),
         cert_reload_interval: Duration::from_millis(200),
+        reloads: reloads.clone(),
         drain_timeout: Duration::from_secs(5),
         auth,
         filters,
@@ -92,6 +96,7 @@ pub(crate) async fn launch(
         task,
         started,
         dir,
+        reloads,
         _tmp: tmp,
     };
     // Ready to answer when a TLS handshake completes.
@@ -175,7 +180,9 @@ pub(crate) struct Reply {
     pub(crate) status: StatusCode,
     pub(crate) version: Version,
     pub(crate) headers: HeaderMap,
+    /// The body as text (lossy: protobuf bodies are read from `bytes`).
     pub(crate) body: String,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// GET on an established TLS stream, HTTP/2 when ALPN chose h2, else HTTP/1.1.
@@ -214,7 +221,8 @@ pub(crate) async fn get_on(
         status,
         version,
         headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+        bytes: body.to_vec(),
     }
 }
 

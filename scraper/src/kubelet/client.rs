@@ -2,6 +2,10 @@
 //! connections, a deadline over the whole request, a bounded body and errors that say what
 //! to do.
 //!
+//! Its credentials can be replaced while it runs (a rotated service-account token, client
+//! certificate or kubelet CA): the token is read at each request; a new TLS identity or CA
+//! replaces the connection pool, so every later request makes a new handshake with it.
+//!
 //! # Layout
 //! - [`error`]: [`Error`], one variant per failure a user acts on differently.
 //! - [`target`]: which URL a node's kubelet is scraped at.
@@ -15,24 +19,32 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use http::{HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Empty};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub use error::{Error, Peer};
 pub use target::{DEFAULT_ADDRESS_TYPES, Resolver, Target, TargetError};
 
+/// Default for [`Config::max_bodies_bytes`]: 256 MiB, four bodies of the largest size.
+pub const DEFAULT_MAX_BODIES_BYTES: usize = 256 << 20;
+
+/// The budget of [`Config::max_bodies_bytes`] is counted in units of this many bytes.
+const BUDGET_UNIT: usize = 1024;
+
 /// Default for [`Config::max_body_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
 
-/// How long an idle kept-alive connection is pooled. Longer than any sane resolution, so
-/// each node's connection is reused from one period to the next (Go's `IdleConnTimeout`).
 /// Fixed size of each read from a kubelet connection.
 const READ_BUF_BYTES: usize = 16 * 1024;
 
+/// How long an idle kept-alive connection is pooled. Longer than any sane resolution, so
+/// each node's connection is reused from one period to the next (Go's `IdleConnTimeout`).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How to reach and authenticate to kubelets.
@@ -51,6 +63,9 @@ pub struct Config {
     pub timeout: Duration,
     /// Largest response body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Most bytes of response bodies held at once, over every request in flight (bodies wait
+    /// for room as they stream in); raised to `max_body_bytes` if below it.
+    pub max_bodies_bytes: usize,
     /// Keep one idle connection per kubelet between scrapes (`--kubelet-keep-alive`): no TLS
     /// handshake per scrape, at the price of the connection's buffers per node.
     pub keep_alive: bool,
@@ -66,6 +81,7 @@ impl Default for Config {
             plain_http: false,
             timeout: Duration::from_secs(10),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_bodies_bytes: DEFAULT_MAX_BODIES_BYTES,
             keep_alive: true,
         }
     }
@@ -77,83 +93,160 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
+type Http = HttpClient<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+
 struct Inner {
-    http: HttpClient<HttpsConnector<HttpConnector>, Empty<Bytes>>,
-    /// `Bearer <token>`, marked sensitive; never sent over plain HTTP.
-    authorization: Option<HeaderValue>,
+    /// The pool and the TLS config of its connections; replaced whole when the TLS
+    /// credentials change. A request clones it out, so an in-flight request finishes on the
+    /// pool it started on, and the old pool (with its idle connections) goes with the last.
+    http: RwLock<Http>,
+    /// What `http` was built from, to rebuild it when one part changes.
+    tls: Mutex<Tls>,
+    /// `Bearer <token>`, marked sensitive; never sent over plain HTTP. Read at each request.
+    authorization: RwLock<Option<HeaderValue>>,
     plain_http: bool,
+    keep_alive: bool,
     timeout: Duration,
     max_body_bytes: usize,
+    /// Room for bodies in flight, in [`BUDGET_UNIT`]s.
+    budget: Arc<Semaphore>,
+}
+
+/// The TLS half of [`Config`].
+struct Tls {
+    verify: tls::client::Verify,
+    identity: Option<tls::Identity>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("plain_http", &self.inner.plain_http)
-            .field("bearer_token", &self.inner.authorization.is_some())
+            .field("bearer_token", &self.inner.authorization.read().is_some())
             .field("timeout", &self.inner.timeout)
             .field("max_body_bytes", &self.inner.max_body_bytes)
             .finish_non_exhaustive()
     }
 }
 
+/// The hyper client and its connector for these TLS settings.
+fn http(tls: &Tls, plain_http: bool, keep_alive: bool) -> Result<Http, Error> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_keepalive(Some(Duration::from_secs(30)));
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let connector = if plain_http {
+        // No TLS at all: the TLS config is never used, but the builder wants one.
+        let mut config =
+            tls::client::config(&tls::client::Verify::Insecure, None).map_err(Error::Build)?;
+        // hyper-rustls sets ALPN itself (from `enable_http1`) and panics if it is preset.
+        config.alpn_protocols.clear();
+        builder
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http)
+    } else {
+        let mut config =
+            tls::client::config(&tls.verify, tls.identity.as_ref()).map_err(Error::Build)?;
+        config.alpn_protocols.clear();
+        builder
+            .with_tls_config(config)
+            .https_only()
+            .enable_http1()
+            .wrap_connector(http)
+    };
+    Ok(HttpClient::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(usize::from(keep_alive))
+        // Each kept-alive connection keeps its read buffer between scrapes: read in
+        // fixed 16 KiB steps instead of letting it grow to the body size (a 110-pod
+        // payload is ~120 KB), which measured as most of the per-node memory.
+        .http1_read_buf_exact_size(READ_BUF_BYTES)
+        .build(connector))
+}
+
+/// `Bearer <token>` as a sensitive header; `None` for no token, an empty one, or plain HTTP.
+fn authorization(token: Option<&str>, plain_http: bool) -> Result<Option<HeaderValue>, Error> {
+    match token {
+        Some(token) if !token.is_empty() && !plain_http => {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| Error::InvalidToken)?;
+            value.set_sensitive(true);
+            Ok(Some(value))
+        }
+        _ => Ok(None),
+    }
+}
+
 impl Client {
     /// Builds a client. Must be called inside a Tokio runtime only when requests are made.
     pub fn new(config: Config) -> Result<Self, Error> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_keepalive(Some(Duration::from_secs(30)));
-        let builder = hyper_rustls::HttpsConnectorBuilder::new();
-        let connector = if config.plain_http {
-            // No TLS at all: the TLS config is never used, but the builder wants one.
-            let mut tls =
-                tls::client::config(&tls::client::Verify::Insecure, None).map_err(Error::Build)?;
-            // hyper-rustls sets ALPN itself (from `enable_http1`) and panics if it is preset.
-            tls.alpn_protocols.clear();
-            builder
-                .with_tls_config(tls)
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(http)
-        } else {
-            let mut tls = tls::client::config(&config.verify, config.identity.as_ref())
-                .map_err(Error::Build)?;
-            tls.alpn_protocols.clear();
-            builder
-                .with_tls_config(tls)
-                .https_only()
-                .enable_http1()
-                .wrap_connector(http)
+        let tls = Tls {
+            verify: config.verify,
+            identity: config.identity,
         };
-        let http = HttpClient::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(usize::from(config.keep_alive))
-            // Each kept-alive connection keeps its read buffer between scrapes: read in
-            // fixed 16 KiB steps instead of letting it grow to the body size (a 110-pod
-            // payload is ~120 KB), which measured as most of the per-node memory.
-            .http1_read_buf_exact_size(READ_BUF_BYTES)
-            .build(connector);
-        let authorization = match (&config.bearer_token, config.plain_http) {
-            (Some(token), false) if !token.is_empty() => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
-                    .map_err(|_| Error::InvalidToken)?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-            _ => None,
-        };
+        let http = http(&tls, config.plain_http, config.keep_alive)?;
+        let authorization = authorization(config.bearer_token.as_deref(), config.plain_http)?;
         Ok(Client {
             inner: Arc::new(Inner {
-                http,
-                authorization,
+                http: RwLock::new(http),
+                tls: Mutex::new(tls),
+                authorization: RwLock::new(authorization),
                 plain_http: config.plain_http,
+                keep_alive: config.keep_alive,
                 timeout: config.timeout,
                 max_body_bytes: config.max_body_bytes,
+                budget: Arc::new(Semaphore::new(
+                    units(config.max_bodies_bytes.max(config.max_body_bytes))
+                        .min(Semaphore::MAX_PERMITS),
+                )),
             }),
         })
+    }
+
+    /// Sends `token` (none when `None` or empty) from the next request on, as client-go
+    /// re-reads `BearerTokenFile`. Never sent over plain HTTP. On error the old token stays.
+    pub fn set_bearer_token(&self, token: Option<&str>) -> Result<(), Error> {
+        let value = authorization(token, self.inner.plain_http)?;
+        *self.inner.authorization.write() = value;
+        Ok(())
+    }
+
+    /// Verifies kubelet serving certificates against `verify` from now on. On error the old
+    /// verification stays. See [`Client::set_identity`] for what happens to connections.
+    pub fn set_verify(&self, verify: tls::client::Verify) -> Result<(), Error> {
+        self.set_tls(|tls| tls.verify = verify)
+    }
+
+    /// Presents `identity` (none when `None`) to kubelets from now on. On error (a key that
+    /// does not match the certificate, say) the old identity stays.
+    ///
+    /// Either change replaces the connection pool: idle kept-alive connections are closed
+    /// and every later request makes a new handshake with the new settings, so a CA taken
+    /// out of the bundle stops being trusted at once, and an old client certificate about
+    /// to expire is not kept presented on a connection (client-go closes its connections
+    /// on a certificate rotation too). Requests in flight finish on their connection.
+    pub fn set_identity(&self, identity: Option<tls::Identity>) -> Result<(), Error> {
+        self.set_tls(|tls| tls.identity = identity)
+    }
+
+    fn set_tls(&self, change: impl FnOnce(&mut Tls)) -> Result<(), Error> {
+        let mut tls = self.inner.tls.lock();
+        let mut next = Tls {
+            verify: tls.verify.clone(),
+            identity: tls.identity.clone(),
+        };
+        change(&mut next);
+        if !self.inner.plain_http {
+            let http = http(&next, false, self.inner.keep_alive)?;
+            *self.inner.http.write() = http;
+        }
+        *tls = next;
+        Ok(())
     }
 
     /// Whether kubelets are reached over plain HTTP (`--deprecated-kubelet-completely-insecure`).
@@ -168,7 +261,7 @@ impl Client {
 
     /// GETs `url` (e.g. `https://10.0.0.1:10250/metrics/resource`), returning the body. The
     /// whole request is bounded by the configured timeout.
-    pub async fn get(&self, url: &str) -> Result<Bytes, Error> {
+    pub async fn get(&self, url: &str) -> Result<Body, Error> {
         let uri = url.parse::<Uri>().map_err(|e| Error::InvalidUrl {
             url: url.into(),
             reason: e.to_string().into(),
@@ -192,7 +285,7 @@ impl Client {
     /// GETs a node's kubelet; the whole request must finish by `deadline` (which the scrape
     /// loop sets from the scheduled start, so queueing counts against it). Errors name the
     /// node.
-    pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Bytes, Error> {
+    pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Body, Error> {
         self.request(
             target.uri.clone(),
             target.peer(),
@@ -208,7 +301,7 @@ impl Client {
         peer: Peer,
         deadline: Instant,
         timeout: Duration,
-    ) -> Result<Bytes, Error> {
+    ) -> Result<Body, Error> {
         let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         if !https && !self.inner.plain_http {
             return Err(Error::PlainHttpRefused {
@@ -218,8 +311,8 @@ impl Client {
         let mut request = Request::new(Empty::new());
         *request.method_mut() = Method::GET;
         *request.uri_mut() = uri;
-        if let (true, Some(value)) = (https, &self.inner.authorization) {
-            request.headers_mut().insert(AUTHORIZATION, value.clone());
+        if https && let Some(value) = self.inner.authorization.read().clone() {
+            request.headers_mut().insert(AUTHORIZATION, value);
         }
         match tokio::time::timeout_at(deadline, self.send(request)).await {
             Ok(Ok(body)) => Ok(body),
@@ -231,8 +324,9 @@ impl Client {
         }
     }
 
-    async fn send(&self, request: Request<Empty<Bytes>>) -> Result<Bytes, Failure> {
-        let response = self.inner.http.request(request).await.map_err(classify)?;
+    async fn send(&self, request: Request<Empty<Bytes>>) -> Result<Body, Failure> {
+        let http = self.inner.http.read().clone();
+        let response = http.request(request).await.map_err(classify)?;
         let status = response.status();
         if status != StatusCode::OK {
             return Err(Failure::Status(status));
@@ -246,19 +340,88 @@ impl Client {
         if declared.is_some_and(|len| len > limit as u64) {
             return Err(Failure::TooLarge(limit));
         }
-        let collected = Limited::new(response.into_body(), limit)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    Failure::TooLarge(limit)
-                } else {
-                    Failure::Body(e)
-                }
-            })?;
-        Ok(collected.to_bytes())
+        read_body(response.into_body(), limit, declared, &self.inner.budget).await
     }
 }
+
+/// A kubelet response body, holding its share of [`Config::max_bodies_bytes`] until dropped
+/// (after it was parsed and stored).
+#[derive(Debug)]
+pub struct Body {
+    bytes: Bytes,
+    _budget: OwnedSemaphorePermit,
+}
+
+impl Body {
+    /// The bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+fn units(bytes: usize) -> usize {
+    bytes.div_ceil(BUDGET_UNIT)
+}
+
+/// Reads a body into one buffer (sized from Content-Length when there is one, doubling
+/// otherwise), taking room from `budget` before each growth: the total of bodies in flight
+/// stays bounded, and a body over `limit` fails as soon as it passes it.
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    limit: usize,
+    declared: Option<u64>,
+    budget: &Arc<Semaphore>,
+) -> Result<Body, Failure> {
+    let initial = declared.map_or(INITIAL_BODY_BYTES, |len| {
+        usize::try_from(len).unwrap_or(limit)
+    });
+    let mut buf: Vec<u8> = Vec::new();
+    let mut held = take(budget, units(initial.min(limit))).await?;
+    buf.reserve_exact(held.num_permits() * BUDGET_UNIT);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Failure::Body(e.into()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let needed = buf.len() + data.len();
+        if needed > limit {
+            return Err(Failure::TooLarge(limit));
+        }
+        if needed > buf.capacity() {
+            let grown = needed.max(buf.capacity() * 2).min(limit);
+            let more = units(grown).saturating_sub(held.num_permits());
+            if more > 0 {
+                held.merge(take(budget, more).await?);
+            }
+            buf.reserve_exact(grown - buf.len());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(Body {
+        bytes: Bytes::from(buf),
+        _budget: held,
+    })
+}
+
+/// `units` of room, waiting while other bodies hold it (the request's deadline bounds the
+/// wait).
+async fn take(budget: &Arc<Semaphore>, units: usize) -> Result<OwnedSemaphorePermit, Failure> {
+    let units = u32::try_from(units).unwrap_or(u32::MAX);
+    Arc::clone(budget)
+        .acquire_many_owned(units)
+        .await
+        .map_err(|_| Failure::TooLarge(0))
+}
+
+/// The first buffer of a body without a Content-Length (chunked).
+const INITIAL_BODY_BYTES: usize = 64 * 1024;
 
 /// A failure before the peer is attached.
 enum Failure {

@@ -1,7 +1,7 @@
 //! Field selectors: `metadata.name` and `metadata.namespace` only, as the metrics API's
 //! object meta field set allows.
 
-use super::{SelectorError, go_quote};
+use super::{SelectorError, SelectorRequirement, go_quote};
 
 /// A field the metrics API can select on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,21 +31,7 @@ impl FieldSelector {
     /// and rejects fields other than `metadata.name` and `metadata.namespace` with the
     /// apiserver's field label conversion message.
     pub fn parse(selector: &str) -> Result<Self, SelectorError> {
-        let mut parts = split_terms(selector);
-        parts.sort_unstable();
-        let mut raw = Vec::new();
-        for part in parts {
-            if part.is_empty() {
-                continue;
-            }
-            let Some((lhs, op, rhs)) = split_term(part) else {
-                return Err(SelectorError(format!(
-                    "invalid selector: '{selector}'; can't understand '{part}'"
-                )));
-            };
-            let value = unescape_value(rhs)?;
-            raw.push((lhs, op != "!=", value));
-        }
+        let raw = parse_terms(selector)?;
         // The apiserver's `Transform(ConvertFieldLabel)` runs after parsing succeeded.
         let mut terms = Vec::with_capacity(raw.len());
         for (lhs, equal, value) in raw {
@@ -92,6 +78,42 @@ impl FieldSelector {
             .find(|t| t.field == field && t.equal)
             .map(|t| t.value.as_str())
     }
+}
+
+/// apimachinery `fields.ParseSelector`: terms sorted, each `key`, whether it is an equality,
+/// and its unescaped value; before any field label conversion.
+fn parse_terms(selector: &str) -> Result<Vec<(&str, bool, String)>, SelectorError> {
+    let mut parts = split_terms(selector);
+    parts.sort_unstable();
+    let mut raw = Vec::new();
+    for part in parts {
+        if part.is_empty() {
+            continue;
+        }
+        let Some((lhs, op, rhs)) = split_term(part) else {
+            return Err(SelectorError(format!(
+                "invalid selector: '{selector}'; can't understand '{part}'"
+            )));
+        };
+        let value = unescape_value(rhs)?;
+        raw.push((lhs, op != "!=", value));
+    }
+    Ok(raw)
+}
+
+/// The requirements authorization sees of a `fieldSelector` (`authorizer.Attributes`
+/// `GetFieldSelector`, as a SubjectAccessReview carries them): the same grammar as
+/// [`FieldSelector::parse`], on any field (a field the API rejects is still authorized on,
+/// as kube-apiserver does before its storage refuses it).
+pub fn field_requirements(selector: &str) -> Result<Vec<SelectorRequirement>, SelectorError> {
+    Ok(parse_terms(selector)?
+        .into_iter()
+        .map(|(key, equal, value)| SelectorRequirement {
+            key: key.to_owned(),
+            operator: if equal { "In" } else { "NotIn" },
+            values: vec![value],
+        })
+        .collect())
 }
 
 /// apimachinery `fields.splitTerms`: commas not preceded by a backslash split terms.

@@ -38,6 +38,19 @@ enum Op {
     LessThan,
 }
 
+/// One selector requirement as authorization sees it (`authorizer.Attributes`
+/// `GetLabelSelector`/`GetFieldSelector`) and a SubjectAccessReview carries it (KEP-4601):
+/// `operator` in `metav1.LabelSelectorOperator` / `FieldSelectorOperator` terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectorRequirement {
+    /// Label key or field path.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: &'static str,
+    /// Values, sorted and unique for labels.
+    pub values: Vec<String>,
+}
+
 /// A selector that did not parse; the message is shown to the user in a 400 Status.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -587,6 +600,29 @@ impl LabelSelector {
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
+
+    /// The requirements authorization sees (the webhook authorizer's
+    /// `labelSelectorToAuthorizationAPI`): `=`, `==` and `in` become `In`, `!=` and `notin`
+    /// `NotIn`; `>` and `<` are left out, which only broadens the check. Sorted by key.
+    pub fn authorization_requirements(&self) -> Vec<SelectorRequirement> {
+        self.requirements
+            .iter()
+            .filter_map(|r| {
+                let operator = match r.op {
+                    Op::In | Op::Equals | Op::DoubleEquals => "In",
+                    Op::NotIn | Op::NotEquals => "NotIn",
+                    Op::Exists => "Exists",
+                    Op::DoesNotExist => "DoesNotExist",
+                    Op::GreaterThan | Op::LessThan => return None,
+                };
+                Some(SelectorRequirement {
+                    key: r.key.clone(),
+                    operator,
+                    values: r.values.clone(),
+                })
+            })
+            .collect()
+    }
 }
 
 impl Requirement {
@@ -623,7 +659,7 @@ impl Requirement {
 }
 
 mod field;
-pub use field::{Field, FieldSelector};
+pub use field::{Field, FieldSelector, field_requirements};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

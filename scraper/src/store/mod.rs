@@ -25,6 +25,8 @@
 //! goes stale and [`Store::evict_stale`] frees it.
 
 mod entry;
+#[cfg(test)]
+mod proptests;
 mod rate;
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,9 @@
 //! serving `/metrics/resource` and `/stats/summary` from a node model or fixed bodies, with
 //! fault modes switchable at runtime (hang, slow, 500, garbage, oversized, down, wrong
 //! certificate). It records every request it sees so tests can assert what a client sent.
+//! What it accepts as a client's credentials (bearer tokens, client certificates from given
+//! CAs, checked at each request as the kubelet's authenticators do) and the serving
+//! certificate it presents can be changed while it runs, for credential rotation tests.
 //!
 //! [`SimNode`] is a workload model driven by a time parameter: CPU counters grow at a
 //! configured rate, memory wanders within bounds, containers restart. Like a kubelet's
@@ -27,8 +30,10 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use parking_lot::{Mutex, RwLock};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls_pki_types::{CertificateDer, UnixTime};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -124,8 +129,12 @@ pub struct Options {
     pub node_name: String,
     /// The serving certificate.
     pub cert: CertKind,
-    /// When set, requests without `Authorization: Bearer <token>` get 401.
+    /// When set, requests without `Authorization: Bearer <token>` get 401 (unless a client
+    /// certificate from [`Options::client_cas`] authenticates them).
     pub bearer_token: Option<String>,
+    /// When not empty, a client certificate issued by one of these CAs authenticates a
+    /// request, and requests with neither it nor the token get 401.
+    pub client_cas: Vec<CertificateDer<'static>>,
     /// Serve plain HTTP instead of HTTPS (`--deprecated-kubelet-completely-insecure`).
     pub plain_http: bool,
     /// What is served.
@@ -141,6 +150,7 @@ impl Options {
             node_name: node_name.to_owned(),
             cert: CertKind::Valid,
             bearer_token: None,
+            client_cas: Vec::new(),
             plain_http: false,
             content: Content::Stats(NodeStats {
                 name: node_name.to_owned(),
@@ -198,6 +208,7 @@ const SEEN_LIMIT: usize = 4096;
 #[derive(Debug)]
 pub struct SimKubelet {
     inner: Arc<Inner>,
+    certs: Arc<SwitchCert>,
     addr: SocketAddr,
     plain_http: bool,
     fault: watch::Sender<Fault>,
@@ -205,10 +216,14 @@ pub struct SimKubelet {
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
-#[derive(Debug)]
 struct Inner {
     node_name: String,
-    token: Option<String>,
+    /// Accepted bearer tokens; empty: no token accepted.
+    tokens: RwLock<Vec<String>>,
+    /// Verifies client certificates at each request; `None`: none accepted.
+    client_cas: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
+    /// Bumped to close every open connection gracefully.
+    reset: watch::Sender<u64>,
     content: RwLock<Content>,
     fault: RwLock<Fault>,
     requests: AtomicU64,
@@ -216,9 +231,37 @@ struct Inner {
     seen: Mutex<Vec<Seen>>,
 }
 
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("node_name", &self.node_name)
+            .field("tokens", &self.tokens.read().len())
+            .field("client_cas", &self.client_cas.read().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A verifier of client certificates issued by `cas`; `None` when there are none.
+fn client_verifier(
+    cas: &[CertificateDer<'static>],
+) -> Result<Option<Arc<dyn ClientCertVerifier>>, Error> {
+    if cas.is_empty() {
+        return Ok(None);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots.add(ca.clone()).map_err(tls::Error::from)?;
+    }
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), tls::provider::provider())
+            .build()
+            .map_err(tls::Error::from)?;
+    Ok(Some(verifier))
+}
+
 #[derive(Debug)]
 struct SwitchCert {
-    good: Arc<CertifiedKey>,
+    good: RwLock<Arc<CertifiedKey>>,
     wrong: Arc<CertifiedKey>,
     fault: watch::Receiver<Fault>,
 }
@@ -228,7 +271,7 @@ impl ResolvesServerCert for SwitchCert {
         if *self.fault.borrow() == Fault::WrongCert {
             Some(self.wrong.clone())
         } else {
-            Some(self.good.clone())
+            Some(self.good.read().clone())
         }
     }
 }
@@ -253,22 +296,26 @@ impl SimKubelet {
         let wrong = other_ca.issue(&spec(&["127.0.0.1", "localhost"]))?;
         let (fault_tx, fault_rx) = watch::channel(options.fault.clone());
         let plain_http = options.plain_http;
+        let certs = Arc::new(SwitchCert {
+            good: RwLock::new(Arc::new(tls::server::certified_key(&good.identity)?)),
+            wrong: Arc::new(tls::server::certified_key(&wrong.identity)?),
+            fault: fault_rx.clone(),
+        });
         let acceptor = if plain_http {
             None
         } else {
-            let certs = Arc::new(SwitchCert {
-                good: Arc::new(tls::server::certified_key(&good.identity)?),
-                wrong: Arc::new(tls::server::certified_key(&wrong.identity)?),
-                fault: fault_rx.clone(),
-            });
-            let config = tls::server::config(certs, false)?;
+            // Client certificates are requested, never required: each request is checked
+            // against the CAs in force when it arrives.
+            let config = tls::server::config(certs.clone(), false)?;
             Some(TlsAcceptor::from(Arc::new(config)))
         };
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let inner = Arc::new(Inner {
             node_name: options.node_name,
-            token: options.bearer_token,
+            tokens: RwLock::new(options.bearer_token.into_iter().collect()),
+            client_cas: RwLock::new(client_verifier(&options.client_cas)?),
+            reset: watch::channel(0).0,
             content: RwLock::new(options.content),
             fault: RwLock::new(options.fault),
             requests: AtomicU64::new(0),
@@ -286,6 +333,7 @@ impl SimKubelet {
         ));
         Ok(SimKubelet {
             inner,
+            certs,
             addr,
             plain_http,
             fault: fault_tx,
@@ -319,6 +367,40 @@ impl SimKubelet {
     /// The current fault mode.
     pub fn fault(&self) -> Fault {
         self.inner.fault.read().clone()
+    }
+
+    /// Accepts exactly these bearer tokens from the next request on (none: a token
+    /// authenticates nobody).
+    pub fn set_bearer_tokens(&self, tokens: &[&str]) {
+        *self.inner.tokens.write() = tokens.iter().map(|t| (*t).to_owned()).collect();
+    }
+
+    /// Accepts client certificates issued by exactly these CAs from the next request on,
+    /// on new and open connections alike.
+    pub fn set_client_cas(&self, cas: &[&tls::issue::Ca]) -> Result<(), Error> {
+        let cas: Vec<CertificateDer<'static>> = cas.iter().map(|ca| ca.cert().clone()).collect();
+        *self.inner.client_cas.write() = client_verifier(&cas)?;
+        Ok(())
+    }
+
+    /// Presents a new serving certificate (SANs `127.0.0.1` and `localhost`) issued by `ca`
+    /// from the next handshake on; open connections keep theirs (see
+    /// [`SimKubelet::close_connections`]).
+    pub fn reissue_serving_cert(&self, ca: &tls::issue::Ca) -> Result<(), Error> {
+        let issued = ca.issue(&tls::issue::LeafSpec {
+            common_name: self.inner.node_name.clone(),
+            sans: vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
+            server: true,
+            ..tls::issue::LeafSpec::default()
+        })?;
+        *self.certs.good.write() = Arc::new(tls::server::certified_key(&issued.identity)?);
+        Ok(())
+    }
+
+    /// Closes every open connection gracefully (an idle one at once, a busy one after its
+    /// response), as a restarted kubelet does; clients reconnect.
+    pub fn close_connections(&self) {
+        self.inner.reset.send_modify(|n| *n += 1);
     }
 
     /// Replaces what is served.
@@ -455,22 +537,20 @@ async fn accept(
                 let inner = inner.clone();
                 let acceptor = acceptor.clone();
                 conns.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let inner = inner.clone();
-                        async move { Ok::<_, Infallible>(handle(&inner, req).await) }
-                    });
-                    let http = hyper::server::conn::http1::Builder::new();
                     match acceptor {
                         Some(acceptor) => {
                             // Handshake failures (a client refusing our certificate) are the
                             // point of some tests; nothing to do about them here.
                             if let Ok(tls) = acceptor.accept(stream).await {
-                                let _ = http.serve_connection(TokioIo::new(tls), service).await;
+                                let peer = tls
+                                    .get_ref()
+                                    .1
+                                    .peer_certificates()
+                                    .map(|chain| Arc::<[CertificateDer<'static>]>::from(chain.to_vec()));
+                                serve(inner, TokioIo::new(tls), peer).await;
                             }
                         }
-                        None => {
-                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
-                        }
+                        None => serve(inner, TokioIo::new(stream), None).await,
                     }
                 });
             }
@@ -479,6 +559,55 @@ async fn accept(
     }
     conns.shutdown().await;
     listener
+}
+
+/// Serves one connection until it ends or [`SimKubelet::close_connections`] closes it.
+async fn serve<I>(inner: Arc<Inner>, io: I, peer: Option<Arc<[CertificateDer<'static>]>>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let mut reset = inner.reset.subscribe();
+    let service = hyper::service::service_fn(move |req| {
+        let inner = inner.clone();
+        let peer = peer.clone();
+        async move { Ok::<_, Infallible>(handle(&inner, peer.as_deref(), req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = reset.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+/// Whether the request carries credentials the kubelet accepts right now: one of the
+/// tokens, or a client certificate from one of the CAs. `true` when neither is configured.
+fn authenticated(
+    inner: &Inner,
+    peer: Option<&[CertificateDer<'static>]>,
+    headers: &HeaderMap,
+) -> bool {
+    let tokens = inner.tokens.read();
+    let verifier = inner.client_cas.read().clone();
+    if tokens.is_empty() && verifier.is_none() {
+        return true;
+    }
+    let given = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|given| tokens.iter().any(|t| t == given)) {
+        return true;
+    }
+    match (verifier, peer.and_then(<[_]>::split_first)) {
+        (Some(verifier), Some((leaf, intermediates))) => verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .is_ok(),
+        _ => false,
+    }
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -492,7 +621,11 @@ fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Respo
     response
 }
 
-async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    inner: &Inner,
+    peer: Option<&[CertificateDer<'static>]>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let n = inner.requests.fetch_add(1, Ordering::Relaxed);
     let path = req
         .uri()
@@ -521,15 +654,8 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Body> {
         Fault::Oversized { bytes } => return oversized(bytes),
         Fault::Healthy | Fault::Down | Fault::WrongCert => {}
     }
-    if let Some(token) = &inner.token {
-        let expected = format!("Bearer {token}");
-        let given = req
-            .headers()
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if given != Some(expected.as_str()) {
-            return full(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
-        }
+    if !authenticated(inner, peer, req.headers()) {
+        return full(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
     }
     let summary = if path.starts_with("/stats/summary") {
         true

@@ -609,6 +609,216 @@ async fn kubectl_top_get_raw_and_tables() {
     c.stop().await.unwrap();
 }
 
+/// Every request in kubectl's `-v=8` log (client-go logs the request line and headers, then
+/// the response headers; 1.32 as plain lines, 1.37 structured): (URL, Accept, Content-Type).
+fn exchanges(stderr: &str) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for line in stderr.lines() {
+        let url = line
+            .split("] GET ")
+            .nth(1)
+            .or_else(|| line.split("verb=\"GET\" url=\"").nth(1))
+            .map(|u| u.split('"').next().unwrap_or(u).trim().to_owned());
+        if let Some(url) = url {
+            out.push((url, String::new(), String::new()));
+        } else if let Some(last) = out.last_mut() {
+            if let Some(v) = line.split("Accept: ").nth(1) {
+                last.1 = v.trim().to_owned();
+            } else if let Some(v) = line.split("Content-Type: ").nth(1) {
+                last.2 = v.trim().to_owned();
+            }
+        }
+    }
+    out
+}
+
+/// The (Accept, Content-Type) of the PodMetricsList request in a `kubectl top pod -v=8` log.
+fn pod_list_exchange(stderr: &str) -> Option<(String, String)> {
+    exchanges(stderr)
+        .into_iter()
+        .find(|(url, _, _)| url.contains("/apis/metrics.k8s.io/") && url.contains("/pods"))
+        .map(|(_, accept, content_type)| (accept, content_type))
+}
+
+/// A canonical quantity string in billionths (`4710169n`, `5m`, `12240Ki`, `1k`, `3`).
+fn nano_units(q: &str) -> u128 {
+    let split = q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len());
+    let (digits, suffix) = q.split_at(split);
+    let n: u128 = digits.parse().unwrap_or_else(|_| panic!("quantity {q}"));
+    let scale: u128 = match suffix {
+        "n" => 1,
+        "u" => 1_000,
+        "m" => 1_000_000,
+        "" => 1_000_000_000,
+        "k" => 1_000_000_000_000,
+        "M" => 1_000_000_000_000_000,
+        "G" => 1_000_000_000_000_000_000,
+        "Ki" => 1_000_000_000 << 10,
+        "Mi" => 1_000_000_000 << 20,
+        "Gi" => 1_000_000_000 << 30,
+        "Ti" => 1_000_000_000 << 40,
+        _ => panic!("quantity {q}"),
+    };
+    n * scale
+}
+
+/// `kubectl top`'s cells for a usage: CPU `ceil(milli)m`, memory `floor(MiB)Mi`.
+fn top_cells(cpu_nano: u128, memory_nano: u128) -> (String, String) {
+    let memory_bytes = memory_nano / 1_000_000_000;
+    (
+        format!("{}m", cpu_nano.div_ceil(1_000_000)),
+        format!("{}Mi", memory_bytes >> 20),
+    )
+}
+
+/// `kubectl top pod -A` rows as JSON says they should be: (namespace, name, cpu, memory),
+/// each pod the sum of its containers.
+fn top_pods_from_json(list: &Value) -> BTreeSet<(String, String, String, String)> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let (cpu, memory) =
+                p["containers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .fold((0u128, 0u128), |(c, m), x| {
+                        (
+                            c + nano_units(x["usage"]["cpu"].as_str().unwrap()),
+                            m + nano_units(x["usage"]["memory"].as_str().unwrap()),
+                        )
+                    });
+            let (cpu, memory) = top_cells(cpu, memory);
+            (
+                p["metadata"]["namespace"].as_str().unwrap().to_owned(),
+                p["metadata"]["name"].as_str().unwrap().to_owned(),
+                cpu,
+                memory,
+            )
+        })
+        .collect()
+}
+
+/// `kubectl top` asks for protobuf by default (`--use-protocol-buffers=true`): through the
+/// simulated aggregator it gets protobuf, and shows the numbers the JSON answer holds, and
+/// the same as with `--use-protocol-buffers=false`, for kubectl 1.32 (v1beta1) and 1.37 (v1).
+///
+/// Both releases' generated metrics clientset sends `Accept:
+/// application/vnd.kubernetes.protobuf,application/json` when the flag is false (it only drops
+/// `*/*`), so a server that has protobuf serves protobuf either way, as metrics-server does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_top_protobuf_matches_json() {
+    let c = start(ClusterConfig {
+        nodes: 3,
+        pods_per_node: 6,
+        containers: 3,
+        seed: 11,
+        ..ClusterConfig::default()
+    })
+    .await;
+    wait_complete(&c).await;
+    let (sel_ns, sel_app) = c
+        .objects()
+        .all(conformance::objects::Kind::Pod)
+        .iter()
+        .find_map(|p| {
+            let ns = p["metadata"]["namespace"].as_str()?;
+            let app = p["metadata"]["labels"]["app"].as_str()?;
+            (ns != E2E_NAMESPACE).then(|| (ns.to_owned(), app.to_owned()))
+        })
+        .unwrap();
+    let selector = format!("app={sel_app}");
+    let commands: [Vec<&str>; 5] = [
+        vec!["top", "node"],
+        vec!["top", "node", "--sort-by=cpu"],
+        vec!["top", "pod", "-A"],
+        vec!["top", "pod", "-n", E2E_NAMESPACE, "--containers"],
+        // The HPA's shape: one namespace and a label selector.
+        vec!["top", "pod", "-n", &sel_ns, "-l", &selector],
+    ];
+    for k in Kubectl::ALL {
+        let version = if k == Kubectl::V1_32 { "v1beta1" } else { "v1" };
+        // What kubectl asks for and gets, by the flag.
+        for (extra, want_accept) in [
+            (None, "application/vnd.kubernetes.protobuf, */*"),
+            (
+                Some("--use-protocol-buffers=false"),
+                "application/vnd.kubernetes.protobuf,application/json",
+            ),
+        ] {
+            let mut args = vec!["top", "pod", "-A", "-v=8"];
+            args.extend(extra);
+            let out = c.kubectl(k, &args).await.unwrap();
+            assert!(out.success, "{k} {}: {}", args.join(" "), out.stderr);
+            assert_eq!(
+                pod_list_exchange(&out.stderr),
+                Some((
+                    want_accept.to_owned(),
+                    "application/vnd.kubernetes.protobuf".to_owned()
+                )),
+                "{k} {}:\n{}",
+                args.join(" "),
+                out.stderr
+            );
+        }
+        // `kubectl top pod -A` (decoded from protobuf) shows what the JSON answer holds. The
+        // workloads move with every scrape: retry until both reads fall between two scrapes.
+        eventually(
+            &format!("{k} top pod -A to match the JSON list"),
+            Duration::from_secs(60),
+            || async {
+                let json = raw(&c, k, &format!("/apis/metrics.k8s.io/{version}/pods")).await?;
+                let out = kubectl(&c, k, &["top", "pod", "-A"]).await?;
+                let shown: BTreeSet<(String, String, String, String)> =
+                    rows(&out, &["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"])?
+                        .into_iter()
+                        .map(|r| (r[0].clone(), r[1].clone(), r[2].clone(), r[3].clone()))
+                        .collect();
+                let want = top_pods_from_json(&json);
+                if shown == want {
+                    Ok(())
+                } else {
+                    Err(format!("shown:\n{out}\nwant from JSON: {want:?}"))
+                }
+            },
+        )
+        .await;
+        // Every command shows the same with and without the flag.
+        for args in &commands {
+            let json_args: Vec<&str> = args
+                .iter()
+                .copied()
+                .chain(["--use-protocol-buffers=false"])
+                .collect();
+            eventually(
+                &format!("{k} {} to agree with the flag off", args.join(" ")),
+                Duration::from_secs(60),
+                || async {
+                    let proto = kubectl(&c, k, args).await?;
+                    let json = kubectl(&c, k, &json_args).await?;
+                    if proto.lines().count() < 2 {
+                        return Err(format!("no rows:\n{proto}"));
+                    }
+                    if proto == json {
+                        Ok(())
+                    } else {
+                        Err(format!("default:\n{proto}\nflag off:\n{json}"))
+                    }
+                },
+            )
+            .await;
+        }
+        // `kubectl get --raw` still gets JSON.
+        let list = raw(&c, k, &format!("/apis/metrics.k8s.io/{version}/pods"))
+            .await
+            .unwrap();
+        assert_eq!(list["kind"], "PodMetricsList");
+    }
+    c.stop().await.unwrap();
+}
+
 /// A container's usage in a PodMetrics: (cpu cores, memory bytes).
 fn container_usage(pod: &Value, name: &str) -> Option<(f64, f64)> {
     pod["containers"]
@@ -1018,8 +1228,9 @@ fn last_encoding(c: &Cluster, path: &str) -> Option<String> {
 /// and decompresses, reads them as before; small answers stay identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_answers_are_gzip_and_kubectl_reads_them() {
+    // Large enough that kubectl top's protobuf answer passes 128 KiB too, not only the JSON.
     let c = start(ClusterConfig {
-        nodes: 5,
+        nodes: 10,
         pods_per_node: 100,
         containers: 3,
         seed: 11,
@@ -1028,7 +1239,7 @@ async fn large_answers_are_gzip_and_kubectl_reads_them() {
     .await;
     wait_complete(&c).await;
     let want_pods = expected_pods(&c);
-    assert!(want_pods.len() > 300, "{}", want_pods.len());
+    assert!(want_pods.len() > 600, "{}", want_pods.len());
     for k in Kubectl::ALL {
         // kubectl 1.32 lists v1beta1, 1.37 v1.
         let version = match k {

@@ -219,6 +219,30 @@ async fn an_oversized_body_is_refused_while_streaming() {
 }
 
 #[tokio::test]
+async fn bodies_in_flight_are_bounded_in_total_not_only_each() {
+    let ca = ca();
+    let a = faulty(&ca, "a", Fault::Oversized { bytes: 700 << 10 }).await;
+    let b = faulty(&ca, "b", Fault::Oversized { bytes: 700 << 10 }).await;
+    let c = client(client::Config {
+        timeout: Duration::from_millis(500),
+        max_body_bytes: 1 << 20,
+        max_bodies_bytes: 1 << 20,
+        ..client_config(&ca)
+    });
+    // a's body holds its room until it is dropped (parsed and stored, in the scrape loop):
+    // b's cannot fit beside it and waits, here until its deadline.
+    let held = c.get(&a.url("/metrics/resource")).await.unwrap();
+    assert_eq!(held.len(), 700 << 10);
+    let err = c.get(&b.url("/metrics/resource")).await.unwrap_err();
+    assert_eq!(err.reason(), "timeout", "{err}");
+    drop(held);
+    assert_eq!(
+        c.get(&b.url("/metrics/resource")).await.unwrap().len(),
+        700 << 10
+    );
+}
+
+#[tokio::test]
 async fn an_untrusted_certificate_says_what_to_do() {
     let ca = ca();
     let k = with_cert(&ca, "node-a", CertKind::OtherCa).await;

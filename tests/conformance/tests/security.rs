@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use apiserver::auth::UserInfo;
 use apiserver::config::Config;
+use apiserver::credentials::Reloads;
 use apiserver::run::{Auth, Cluster, Setup};
 use apiserver::serve::{Filter, Verdict};
 use bytes::Bytes;
@@ -218,6 +219,8 @@ struct Server {
     addr: SocketAddr,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), apiserver::run::Error>>,
+    /// What the credential reloaders did.
+    reloads: Reloads,
     _dir: tempfile::TempDir,
 }
 
@@ -261,13 +264,15 @@ async fn start_server(cp: &ControlPlane, args: &[&str], filters: Vec<Arc<dyn Fil
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
+    let reloads = Reloads::default();
     let setup = Setup {
         listener: Some(listener),
         cluster: Cluster::Static(Arc::new(Inventory::new())),
+        cert_reload_interval: Duration::from_millis(100),
+        reloads: reloads.clone(),
         drain_timeout: Duration::from_secs(2),
         auth: Auth::Kube(Box::new(kube)),
         filters,
-        ..Setup::default()
     };
     let task = tokio::spawn(apiserver::run::run_with(config, setup, shutdown.clone()));
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -280,6 +285,7 @@ async fn start_server(cp: &ControlPlane, args: &[&str], filters: Vec<Arc<dyn Fil
         addr,
         shutdown,
         task,
+        reloads,
         _dir: dir,
     }
 }
@@ -570,6 +576,89 @@ async fn a_front_proxy_ca_rotated_in_the_configmap_takes_effect_within_seconds()
         (status, body.as_str()),
         (StatusCode::UNAUTHORIZED, UNAUTHORIZED),
         "the old front-proxy certificate no longer works"
+    );
+    server.stop().await;
+    shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_file_rotates_while_the_configmap_keeps_the_front_proxy_current() {
+    // k8s.io/apiserver: --client-ca-file replaces the ConfigMap's client CA (reloaded from
+    // the file), and the request-header half still comes from the watched ConfigMap.
+    let shutdown = CancellationToken::new();
+    let cp = control_plane(&shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("client-ca.crt");
+    let (ca_a, ca_b) = (
+        tls::issue::Ca::new("client-ca-a").unwrap(),
+        tls::issue::Ca::new("client-ca-b").unwrap(),
+    );
+    std::fs::write(&ca_file, ca_a.cert_pem()).unwrap();
+    let flag = format!("--client-ca-file={}", ca_file.display());
+    let server = start_server(&cp, &[&flag], Vec::new()).await;
+    let alice = |ca: &tls::issue::Ca| {
+        ca.issue(&tls::issue::LeafSpec {
+            common_name: "alice".to_owned(),
+            organizations: vec!["system:masters".to_owned()],
+            client: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .identity
+    };
+    let masters: &[(&str, &str)] = &[
+        ("x-remote-user", "kube-aggregator"),
+        ("x-remote-group", "system:masters"),
+    ];
+    let status = async |identity: tls::Identity, headers: &[(&str, &str)]| {
+        must_get(server.addr, Some(&identity), "/metrics", headers)
+            .await
+            .0
+    };
+    assert_eq!(status(alice(&ca_a), &[]).await, StatusCode::OK);
+    assert_eq!(
+        status(alice(cp.cluster_ca()), &[]).await,
+        StatusCode::UNAUTHORIZED,
+        "the ConfigMap's client CA is not used while the flag is set"
+    );
+    let proxy = client_cert(cp.front_proxy_ca(), FRONT_PROXY_CLIENT);
+    assert_eq!(status(proxy.clone(), masters).await, StatusCode::OK);
+
+    let before = server.reloads.counts();
+    let tmp = dir.path().join("client-ca.crt.tmp");
+    std::fs::write(&tmp, ca_b.cert_pem()).unwrap();
+    std::fs::rename(&tmp, &ca_file).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        server.reloads.wait_for(|c| c.applied > before.applied),
+    )
+    .await
+    .expect("the client CA file is reloaded");
+    assert_eq!(status(alice(&ca_b), &[]).await, StatusCode::OK);
+    assert_eq!(status(alice(&ca_a), &[]).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(status(proxy.clone(), masters).await, StatusCode::OK);
+
+    // The ConfigMap rotates the front-proxy CA; the file's client CA stays.
+    let front_proxy_2 = tls::issue::Ca::new("front-proxy-ca-2").unwrap();
+    cp.core().upsert_configmap(
+        "kube-system",
+        AUTHENTICATION_CONFIGMAP,
+        controlplane::authentication_configmap(
+            cp.cluster_ca().cert_pem(),
+            front_proxy_2.cert_pem(),
+        ),
+    );
+    let proxy_2 = client_cert(&front_proxy_2, FRONT_PROXY_CLIENT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(proxy_2.clone(), masters).await != StatusCode::OK {
+        assert!(Instant::now() < deadline, "the ConfigMap update is applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status(proxy, masters).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(status(alice(&ca_b), &[]).await, StatusCode::OK);
+    assert_eq!(
+        status(alice(cp.cluster_ca()), &[]).await,
+        StatusCode::UNAUTHORIZED
     );
     server.stop().await;
     shutdown.cancel();

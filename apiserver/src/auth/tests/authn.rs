@@ -207,6 +207,84 @@ async fn client_ca_flag_file_wins_over_the_configmap() {
     assert!(auth.authenticate(&mut h, Some(&from_map)).await.is_err());
 }
 
+#[tokio::test]
+async fn a_reloaded_client_ca_file_and_configmap_updates_each_keep_their_own_half() {
+    // As k8s.io/apiserver: the client CA comes from the flag's file (reloaded), the
+    // request-header settings from the ConfigMap (watched); neither overwrites the other.
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("client-ca.crt");
+    std::fs::write(&path, pki.other.cert_pem()).expect("write");
+    let config = AuthnConfig {
+        skip_lookup: true,
+        client_ca_file: Some(path.clone()),
+        ..AuthnConfig::default()
+    };
+    let auth = Arc::new(
+        Authenticator::new(config, None)
+            .await
+            .expect("authenticator"),
+    );
+    auth.update_from_configmap(&pki.configmap())
+        .expect("applies");
+    let reloads = crate::credentials::Reloads::default();
+    let mut reloaders = auth.ca_file_reloaders(&reloads);
+    assert_eq!(reloaders.len(), 1, "only the flag's file is watched");
+    assert!(
+        auth.ca_file_reloaders(&reloads).is_empty(),
+        "handed out once"
+    );
+
+    let rotated = Ca::new("client-ca-2").expect("CA");
+    std::fs::write(&path, rotated.cert_pem()).expect("write");
+    assert!(reloaders[0].check().expect("reloads"));
+    let who = |chain: Vec<CertificateDer<'static>>| {
+        let auth = auth.clone();
+        async move {
+            let mut h = headers(&[("X-Remote-User", "alice")]);
+            auth.authenticate(&mut h, Some(&chain))
+                .await
+                .map(|u| u.name)
+        }
+    };
+    assert_eq!(
+        who(client_cert(&rotated, "rotated", &[]))
+            .await
+            .ok()
+            .as_deref(),
+        Some("rotated")
+    );
+    assert!(who(client_cert(&pki.other, "old", &[])).await.is_err());
+    assert!(
+        who(client_cert(&pki.client, "mapped", &[])).await.is_err(),
+        "the ConfigMap's client CA is not used while the flag is set"
+    );
+    // The front proxy from the ConfigMap still works, and a ConfigMap update does not
+    // bring back its client CA.
+    let proxy = client_cert(&pki.front_proxy, "front-proxy-client", &[]);
+    assert_eq!(who(proxy.clone()).await.ok().as_deref(), Some("alice"));
+    auth.update_from_configmap(&pki.configmap())
+        .expect("applies");
+    assert_eq!(
+        who(client_cert(&rotated, "rotated", &[]))
+            .await
+            .ok()
+            .as_deref(),
+        Some("rotated")
+    );
+    // A broken file keeps the rotated CA.
+    std::fs::write(&path, "garbage").expect("write");
+    assert!(reloaders[0].check().is_err());
+    assert_eq!(
+        who(client_cert(&rotated, "rotated", &[]))
+            .await
+            .ok()
+            .as_deref(),
+        Some("rotated")
+    );
+    assert_eq!(who(proxy).await.ok().as_deref(), Some("alice"));
+}
+
 async fn with_tokens(api: &FakeApi, ttl: Duration) -> Authenticator {
     let config = AuthnConfig {
         skip_lookup: true,

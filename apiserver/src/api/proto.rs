@@ -1,0 +1,640 @@
+//! `application/vnd.kubernetes.protobuf` writers: NodeMetrics, PodMetrics, their lists and
+//! PartialObjectMetadata, byte-identical to what metrics-server's gogo-generated marshallers
+//! write, straight from the borrowed items (no owned message structs).
+//!
+//! Envelope (apimachinery `pkg/runtime/serializer/protobuf/protobuf.go`, `doEncode`, and
+//! `runtime.Unknown.NestedMarshalTo`): the magic `k8s\0`, then a `runtime.Unknown`
+//! (`pkg/runtime/generated.proto`): `typeMeta = 1 {apiVersion = 1, kind = 2}`, `raw = 2` (the
+//! object's message), `contentEncoding = 3` and `contentType = 4`, both empty.
+//!
+//! Messages (`k8s.io/metrics` `pkg/apis/metrics/v1beta1/generated.proto`; `v1` has the same
+//! numbers and types):
+//! - `NodeMetrics {metadata = 1 ObjectMeta, timestamp = 2 Time, window = 3 Duration,
+//!   usage = 4 map<string, Quantity>}`
+//! - `PodMetrics {metadata = 1, timestamp = 2, window = 3, containers = 4 repeated
+//!   ContainerMetrics}`, `ContainerMetrics {name = 1, usage = 2 map<string, Quantity>}`
+//! - `NodeMetricsList` / `PodMetricsList {metadata = 1 ListMeta, items = 2 repeated}`
+//!
+//! and apimachinery's (`pkg/apis/meta/v1/generated.proto`, `pkg/api/resource/generated.proto`):
+//! `ObjectMeta {name = 1, generateName = 2, namespace = 3, selfLink = 4, uid = 5,
+//! resourceVersion = 6, generation = 7, creationTimestamp = 8, labels = 11 map<string,string>}`,
+//! `ListMeta {selfLink = 1, resourceVersion = 2, continue = 3}`, `Time {seconds = 1, nanos = 2}`
+//! (whole seconds: `Time.ProtoTime` leaves `nanos` 0, as JSON has seconds only),
+//! `Duration {duration = 1}` in nanoseconds, `Quantity {string = 1}` (the canonical string the
+//! JSON carries), `PartialObjectMetadata {metadata = 1}`.
+//!
+//! gogo writes every non-pointer field, empty or zero, in field-number order, and map entries
+//! sorted by key; so do these writers. A nested message's length is filled in once its bytes
+//! are written ([`open`] reserves the usual number of bytes, [`close`] writes the varint and
+//! moves the body in the rare case it needs another size), so each value is formatted once.
+//! A list's envelope needs the length of all of `raw` before the first item is streamed:
+//! each `*_len` computes a message's length arithmetically, without writing it, and the
+//! handler sums them while it selects the items (the data is in cache then).
+
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use scraper::inventory::Labels;
+use scraper::point::ContainerUsage;
+
+use super::encode::{Ctx, NodeItem, PodItem};
+use super::quantity::{cpu_len, memory_len, write_cpu, write_memory};
+
+/// The four bytes every protobuf body starts with.
+pub const MAGIC: &[u8; 4] = b"k8s\0";
+
+/// `runtime.Unknown` after `raw`: `contentEncoding = 3` and `contentType = 4`, empty.
+pub const ENVELOPE_TAIL: &[u8] = &[0x1a, 0x00, 0x22, 0x00];
+
+/// An empty `ListMeta` as field 1: `selfLink`, `resourceVersion`, `continue`, all empty.
+pub const EMPTY_LIST_META: &[u8] = &[0x0a, 0x06, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00];
+
+const NS_PER_S: i64 = 1_000_000_000;
+
+/// The size of a length-delimited field `tag` whose body is `body` bytes.
+#[inline]
+pub fn field_len(tag: u32, body: usize) -> usize {
+    key_len(tag) + encoded_len_varint(body as u64) + body
+}
+
+/// The size of a varint field.
+#[inline]
+pub fn varint_field_len(tag: u32, value: u64) -> usize {
+    key_len(tag) + encoded_len_varint(value)
+}
+
+/// A field key: one byte for the tags used here (< 16), prost's `encode_key` otherwise.
+#[inline(always)]
+fn put_key(out: &mut Vec<u8>, tag: u32, wire_type: WireType) {
+    if tag < 16 {
+        out.push((tag << 3 | wire_type as u32) as u8);
+    } else {
+        encode_key(tag, wire_type, out);
+    }
+}
+
+/// A varint, with the one-byte case inline (most lengths here are under 128).
+#[inline(always)]
+fn put_uvarint(out: &mut Vec<u8>, value: u64) {
+    if value < 0x80 {
+        out.push(value as u8);
+    } else {
+        encode_varint(value, out);
+    }
+}
+
+/// Key and length of a length-delimited field; the caller writes `body` bytes next.
+#[inline]
+pub fn put_header(out: &mut Vec<u8>, tag: u32, body: usize) {
+    put_key(out, tag, WireType::LengthDelimited);
+    put_uvarint(out, body as u64);
+}
+
+/// A string (or bytes) field.
+#[inline]
+pub fn put_str(out: &mut Vec<u8>, tag: u32, s: &str) {
+    put_header(out, tag, s.len());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A varint field (`int32`/`int64` as two's complement).
+#[inline]
+pub fn put_varint(out: &mut Vec<u8>, tag: u32, value: u64) {
+    put_key(out, tag, WireType::Varint);
+    put_uvarint(out, value);
+}
+
+/// Starts length-delimited field `tag` with `reserved` bytes for its length; returns where
+/// the length goes. [`close`] fills it in.
+#[inline]
+pub fn open(out: &mut Vec<u8>, tag: u32, reserved: usize) -> usize {
+    put_key(out, tag, WireType::LengthDelimited);
+    let at = out.len();
+    out.extend_from_slice(&[0; 3][..reserved.min(3)]);
+    at
+}
+
+/// Writes the length of everything after the bytes [`open`] reserved at `at`.
+#[inline]
+pub fn close(out: &mut Vec<u8>, at: usize, reserved: usize) {
+    let len = out.len() - at - reserved;
+    match (reserved, len) {
+        (1, 0..0x80) => out[at] = len as u8,
+        (2, 0x80..0x4000) => {
+            out[at] = (len as u8) | 0x80;
+            out[at + 1] = (len >> 7) as u8;
+        }
+        _ => {
+            let need = encoded_len_varint(len as u64);
+            if need != reserved {
+                resize_gap(out, at, reserved, need);
+            }
+            let mut slot = &mut out[at..at + need];
+            encode_varint(len as u64, &mut slot);
+        }
+    }
+}
+
+/// Makes the `reserved`-byte gap at `at` `need` bytes long, moving what follows.
+#[cold]
+fn resize_gap(out: &mut Vec<u8>, at: usize, reserved: usize, need: usize) {
+    let body = at + reserved;
+    let end = out.len();
+    if need > reserved {
+        out.resize(end + need - reserved, 0);
+        out.copy_within(body..end, at + need);
+    } else {
+        out.copy_within(body..end, at + need);
+        out.truncate(end - (reserved - need));
+    }
+}
+
+/// The magic and `runtime.Unknown` up to `raw`'s bytes: `typeMeta`, then `raw`'s key and
+/// length. The caller writes `raw_len` bytes, then [`ENVELOPE_TAIL`].
+pub fn put_envelope_head(out: &mut Vec<u8>, api_version: &str, kind: &str, raw_len: usize) {
+    out.extend_from_slice(MAGIC);
+    put_header(
+        out,
+        1,
+        field_len(1, api_version.len()) + field_len(2, kind.len()),
+    );
+    put_str(out, 1, api_version);
+    put_str(out, 2, kind);
+    put_header(out, 2, raw_len);
+}
+
+/// `metav1.Time` of whole seconds (floored, as Go's `Unix()`): `{seconds, nanos = 0}`.
+fn time_len(unix_ns: i64) -> usize {
+    varint_field_len(1, unix_ns.div_euclid(NS_PER_S) as u64) + varint_field_len(2, 0)
+}
+
+fn put_time(out: &mut Vec<u8>, tag: u32, unix_ns: i64) {
+    // At most 1 + 10 + 2 bytes: the length is one byte.
+    out.push((tag << 3 | 2) as u8);
+    out.push(time_len(unix_ns) as u8);
+    put_varint(out, 1, unix_ns.div_euclid(NS_PER_S) as u64);
+    put_varint(out, 2, 0);
+}
+
+/// `metav1.Duration {duration = 1}` in nanoseconds.
+fn duration_len(ns: i64) -> usize {
+    varint_field_len(1, ns as u64)
+}
+
+fn put_duration(out: &mut Vec<u8>, tag: u32, ns: i64) {
+    out.push((tag << 3 | 2) as u8);
+    out.push(duration_len(ns) as u8);
+    put_varint(out, 1, ns as u64);
+}
+
+/// One resource of a `ResourceList`.
+#[derive(Clone, Copy)]
+enum Quantity {
+    /// CPU in nanocores (DecimalSI).
+    Cpu(u64),
+    /// Memory or swap in bytes (BinarySI).
+    Bytes(u64),
+}
+
+impl Quantity {
+    fn string_len(self) -> usize {
+        match self {
+            Quantity::Cpu(v) => cpu_len(v),
+            Quantity::Bytes(v) => memory_len(v),
+        }
+    }
+
+    fn write(self, out: &mut Vec<u8>) {
+        match self {
+            Quantity::Cpu(v) => write_cpu(out, v),
+            Quantity::Bytes(v) => write_memory(out, v),
+        }
+    }
+}
+
+/// A `ResourceList` (`map<string, Quantity>`): `cpu`, `memory`, and `swap` only where the
+/// kubelet reported it, in key order.
+#[derive(Clone, Copy)]
+struct Resources {
+    cpu_nanocores: u64,
+    memory_bytes: u64,
+    swap_bytes: Option<u64>,
+}
+
+impl Resources {
+    fn of_container(c: &ContainerUsage) -> Self {
+        Resources {
+            cpu_nanocores: c.cpu_nanocores,
+            memory_bytes: c.memory_bytes,
+            swap_bytes: c.swap_bytes,
+        }
+    }
+
+    fn entries(self) -> impl Iterator<Item = (&'static str, Quantity)> {
+        [
+            Some(("cpu", Quantity::Cpu(self.cpu_nanocores))),
+            Some(("memory", Quantity::Bytes(self.memory_bytes))),
+            self.swap_bytes.map(|s| ("swap", Quantity::Bytes(s))),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// A map entry's body: `key = 1`, `value = 2 Quantity {string = 1}`.
+    fn entry_len(key: &str, q: Quantity) -> usize {
+        field_len(1, key.len()) + field_len(2, field_len(1, q.string_len()))
+    }
+
+    /// Every entry as repeated field `tag`.
+    fn len(self, tag: u32) -> usize {
+        self.entries()
+            .map(|(k, q)| field_len(tag, Self::entry_len(k, q)))
+            .sum()
+    }
+
+    fn write(self, out: &mut Vec<u8>, tag: u32) {
+        Self::write_entry(out, tag, "cpu", Quantity::Cpu(self.cpu_nanocores));
+        Self::write_entry(out, tag, "memory", Quantity::Bytes(self.memory_bytes));
+        if let Some(swap) = self.swap_bytes {
+            Self::write_entry(out, tag, "swap", Quantity::Bytes(swap));
+        }
+    }
+
+    #[inline]
+    fn write_entry(out: &mut Vec<u8>, tag: u32, key: &str, q: Quantity) {
+        // An entry is under 128 bytes (a key of at most 6, a quantity of at most 41), so
+        // every length here is one byte.
+        let entry = open(out, tag, 1);
+        put_str(out, 1, key);
+        let value = open(out, 2, 1);
+        let string = open(out, 1, 1);
+        q.write(out);
+        close(out, string, 1);
+        close(out, value, 1);
+        close(out, entry, 1);
+    }
+}
+
+/// The `ObjectMeta` metrics-server fills: name, namespace (empty for nodes), creationTimestamp
+/// (the response time), labels; the other non-pointer fields empty.
+struct Meta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    labels: &'a Labels,
+}
+
+impl Meta<'_> {
+    fn of_node(item: &NodeItem) -> Meta<'_> {
+        Meta {
+            name: item.record.name.as_str(),
+            namespace: "",
+            labels: &item.record.labels,
+        }
+    }
+
+    fn of_pod(item: &PodItem) -> Meta<'_> {
+        Meta {
+            name: &item.record.key.name,
+            namespace: &item.record.key.namespace,
+            labels: &item.record.labels,
+        }
+    }
+
+    fn len(&self, ctx: &Ctx) -> usize {
+        let labels: usize = self
+            .labels
+            .iter()
+            .map(|(k, v)| field_len(11, field_len(1, k.len()) + field_len(2, v.len())))
+            .sum();
+        field_len(1, self.name.len())
+            + field_len(2, 0)
+            + field_len(3, self.namespace.len())
+            + field_len(4, 0)
+            + field_len(5, 0)
+            + field_len(6, 0)
+            + varint_field_len(7, 0)
+            + field_len(8, time_len(ctx.creation_ns))
+            + labels
+    }
+
+    fn write(&self, out: &mut Vec<u8>, ctx: &Ctx, tag: u32) {
+        let at = open(out, tag, 1);
+        put_str(out, 1, self.name);
+        // generateName = 2, empty.
+        out.extend_from_slice(&[0x12, 0x00]);
+        put_str(out, 3, self.namespace);
+        // selfLink = 4, uid = 5, resourceVersion = 6 empty; generation = 7 zero.
+        out.extend_from_slice(&[0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00]);
+        put_time(out, 8, ctx.creation_ns);
+        for (k, v) in self.labels.iter() {
+            put_header(out, 11, field_len(1, k.len()) + field_len(2, v.len()));
+            put_str(out, 1, k);
+            put_str(out, 2, v);
+        }
+        close(out, at, 1);
+    }
+}
+
+fn node_resources(item: &NodeItem) -> Resources {
+    Resources {
+        cpu_nanocores: item.usage.cpu_nanocores,
+        memory_bytes: item.usage.memory_bytes,
+        swap_bytes: item.usage.swap_bytes,
+    }
+}
+
+/// The length of a `NodeMetrics` message.
+pub fn node_len(ctx: &Ctx, item: &NodeItem) -> usize {
+    field_len(1, Meta::of_node(item).len(ctx))
+        + field_len(2, time_len(item.usage.timestamp_ns))
+        + field_len(3, duration_len(item.usage.window_ns))
+        + node_resources(item).len(4)
+}
+
+/// A `NodeMetrics` message (its fields; the caller wrote the length).
+pub fn write_node(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
+    Meta::of_node(item).write(out, ctx, 1);
+    put_time(out, 2, item.usage.timestamp_ns);
+    put_duration(out, 3, item.usage.window_ns);
+    node_resources(item).write(out, 4);
+}
+
+fn container_len(c: &ContainerUsage) -> usize {
+    field_len(1, c.name.len()) + Resources::of_container(c).len(2)
+}
+
+/// The length of a `PodMetrics` message.
+pub fn pod_len(ctx: &Ctx, item: &PodItem) -> usize {
+    let containers: usize = item
+        .usage
+        .containers
+        .iter()
+        .map(|c| field_len(4, container_len(c)))
+        .sum();
+    field_len(1, Meta::of_pod(item).len(ctx))
+        + field_len(2, time_len(item.usage.timestamp_ns))
+        + field_len(3, duration_len(item.usage.window_ns))
+        + containers
+}
+
+/// A `PodMetrics` message (its fields; the caller wrote the length).
+pub fn write_pod(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
+    Meta::of_pod(item).write(out, ctx, 1);
+    put_time(out, 2, item.usage.timestamp_ns);
+    put_duration(out, 3, item.usage.window_ns);
+    for c in item.usage.containers.iter() {
+        let at = open(out, 4, 1);
+        put_str(out, 1, &c.name);
+        Resources::of_container(c).write(out, 2);
+        close(out, at, 1);
+    }
+}
+
+/// The length of a `PartialObjectMetadata` of a node.
+pub fn node_partial_len(ctx: &Ctx, item: &NodeItem) -> usize {
+    field_len(1, Meta::of_node(item).len(ctx))
+}
+
+/// A `PartialObjectMetadata` of a node.
+pub fn write_node_partial(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
+    Meta::of_node(item).write(out, ctx, 1);
+}
+
+/// The length of a `PartialObjectMetadata` of a pod.
+pub fn pod_partial_len(ctx: &Ctx, item: &PodItem) -> usize {
+    field_len(1, Meta::of_pod(item).len(ctx))
+}
+
+/// A `PartialObjectMetadata` of a pod.
+pub fn write_pod_partial(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
+    Meta::of_pod(item).write(out, ctx, 1);
+}
+
+/// How one message kind is measured and written.
+#[derive(Clone, Copy)]
+pub struct Writer<T> {
+    /// The message's length, computed without writing it.
+    pub len: fn(&Ctx, &T) -> usize,
+    /// The message's fields.
+    pub write: fn(&mut Vec<u8>, &Ctx, &T),
+}
+
+/// A whole single-object body: envelope, message, tail.
+pub fn single<T>(ctx: &Ctx, api_version: &str, kind: &str, item: &T, w: Writer<T>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(MAGIC);
+    let type_meta = open(&mut out, 1, 1);
+    put_str(&mut out, 1, api_version);
+    put_str(&mut out, 2, kind);
+    close(&mut out, type_meta, 1);
+    let raw = open(&mut out, 2, 2);
+    (w.write)(&mut out, ctx, item);
+    close(&mut out, raw, 2);
+    out.extend_from_slice(ENVELOPE_TAIL);
+    out
+}
+
+/// The length of a list message (`ListMeta metadata = 1; repeated items = 2`).
+pub fn list_len<T>(ctx: &Ctx, items: &[T], w: Writer<T>) -> usize {
+    EMPTY_LIST_META.len()
+        + items
+            .iter()
+            .map(|item| field_len(2, (w.len)(ctx, item)))
+            .sum::<usize>()
+}
+
+/// The head of a list body: envelope up to `raw`'s bytes, then the empty `ListMeta`; items
+/// follow as field 2 ([`write_list_item`]), then [`ENVELOPE_TAIL`].
+pub fn list_head(api_version: &str, kind: &str, raw_len: usize) -> Vec<u8> {
+    let mut head = Vec::with_capacity(64);
+    put_envelope_head(&mut head, api_version, kind, raw_len);
+    head.extend_from_slice(EMPTY_LIST_META);
+    head
+}
+
+/// One list item: field 2, its length, its message (most items take 128 bytes or more:
+/// two bytes of length are reserved).
+pub fn write_list_item<T>(out: &mut Vec<u8>, ctx: &Ctx, item: &T, w: Writer<T>) {
+    let at = open(out, 2, 2);
+    (w.write)(out, ctx, item);
+    close(out, at, 2);
+}
+
+/// NodeMetrics.
+pub const NODE: Writer<NodeItem> = Writer {
+    len: node_len,
+    write: write_node,
+};
+/// PodMetrics.
+pub const POD: Writer<PodItem> = Writer {
+    len: pod_len,
+    write: write_pod,
+};
+/// PartialObjectMetadata of a node.
+pub const NODE_PARTIAL: Writer<NodeItem> = Writer {
+    len: node_partial_len,
+    write: write_node_partial,
+};
+/// PartialObjectMetadata of a pod.
+pub const POD_PARTIAL: Writer<PodItem> = Writer {
+    len: pod_partial_len,
+    write: write_pod_partial,
+};
+
+/// A NodeMetricsList item.
+pub fn node_item(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
+    write_list_item(out, ctx, item, NODE);
+}
+/// A PodMetricsList item.
+pub fn pod_item(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
+    write_list_item(out, ctx, item, POD);
+}
+/// A PartialObjectMetadataList item of a node.
+pub fn node_partial_item(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
+    write_list_item(out, ctx, item, NODE_PARTIAL);
+}
+/// A PartialObjectMetadataList item of a pod.
+pub fn pod_partial_item(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
+    write_list_item(out, ctx, item, POD_PARTIAL);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use scraper::inventory::NodeRecord;
+    use scraper::point::{NodeName, Usage};
+
+    use super::*;
+
+    /// A node, written out by hand from gogo's marshalling rules.
+    #[test]
+    fn node_bytes_follow_gogo() {
+        let item = NodeItem {
+            record: Arc::new(NodeRecord {
+                name: NodeName::from("n1"),
+                labels: Labels(vec![(Arc::from("a"), Arc::from("b"))].into()),
+                addresses: Vec::new(),
+                kubelet_port: None,
+                metrics_path: None,
+            }),
+            usage: Usage {
+                timestamp_ns: 100 * NS_PER_S + 999,
+                window_ns: 1_000_000_000,
+                cpu_nanocores: 5_000_000,
+                memory_bytes: 1024,
+                swap_bytes: None,
+            },
+        };
+        let ctx = Ctx::new("metrics.k8s.io/v1beta1", 200 * NS_PER_S + 5);
+        let body = single(&ctx, ctx.api_version, "NodeMetrics", &item, NODE);
+        let mut want = b"k8s\0".to_vec();
+        let tm = b"\x0a\x16metrics.k8s.io/v1beta1\x12\x0bNodeMetrics";
+        want.push(0x0a);
+        want.push(tm.len() as u8);
+        want.extend_from_slice(tm);
+        let meta: &[u8] = b"\x0a\x02n1\x12\x00\x1a\x00\x22\x00\x2a\x00\x32\x00\x38\x00\
+\x42\x05\x08\xc8\x01\x10\x00\x5a\x06\x0a\x01a\x12\x01b";
+        let mut raw = vec![0x0a, meta.len() as u8];
+        raw.extend_from_slice(meta);
+        // timestamp 100 s (nanos dropped), window 1e9 ns.
+        raw.extend_from_slice(b"\x12\x04\x08\x64\x10\x00");
+        raw.extend_from_slice(b"\x1a\x06\x08\x80\x94\xeb\xdc\x03");
+        // usage: cpu "5m", memory "1Ki".
+        raw.extend_from_slice(b"\x22\x0b\x0a\x03cpu\x12\x04\x0a\x025m");
+        raw.extend_from_slice(b"\x22\x0f\x0a\x06memory\x12\x05\x0a\x031Ki");
+        want.push(0x12);
+        want.push(raw.len() as u8);
+        want.extend_from_slice(&raw);
+        want.extend_from_slice(ENVELOPE_TAIL);
+        assert_eq!(body, want);
+    }
+
+    /// `*_len` (used for the list envelope) agrees with what the writers write, including
+    /// the lengths that do not fit the reserved bytes (long names, many labels).
+    #[test]
+    fn lengths_match_what_is_written() {
+        use scraper::inventory::PodRecord;
+        use scraper::point::{PodKey, PodUsage};
+
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2_000 {
+            let long = "x".repeat((next() % 300) as usize);
+            let labels: Vec<(Arc<str>, Arc<str>)> = (0..next() % 12)
+                .map(|i| (Arc::from(format!("k{i:02}{long}")), Arc::from("v")))
+                .collect();
+            let containers: Vec<ContainerUsage> = (0..next() % 4)
+                .map(|i| ContainerUsage {
+                    name: Arc::from(format!("c{i}{}", &long[..long.len().min(round % 200)])),
+                    cpu_nanocores: next() >> (next() % 64),
+                    memory_bytes: next() >> (next() % 64),
+                    swap_bytes: (next() % 2 == 0).then(|| next() >> (next() % 64)),
+                })
+                .collect();
+            let ts = next() as i64;
+            let pod = PodItem {
+                record: Arc::new(PodRecord {
+                    key: PodKey::new("ns", &format!("p{}", &long[..long.len().min(round % 150)])),
+                    labels: Labels(labels.clone().into()),
+                    node_name: None,
+                }),
+                usage: Arc::new(PodUsage {
+                    node: NodeName::from("n"),
+                    timestamp_ns: ts,
+                    window_ns: next() as i64,
+                    containers: containers.clone().into(),
+                }),
+            };
+            let node = NodeItem {
+                record: Arc::new(NodeRecord {
+                    name: NodeName::from(long.as_str()),
+                    labels: Labels(labels.into()),
+                    addresses: Vec::new(),
+                    kubelet_port: None,
+                    metrics_path: None,
+                }),
+                usage: Usage {
+                    timestamp_ns: ts,
+                    window_ns: -(next() as i64 >> 3),
+                    cpu_nanocores: next(),
+                    memory_bytes: next() >> 20,
+                    swap_bytes: containers.first().and_then(|c| c.swap_bytes),
+                },
+            };
+            let ctx = Ctx::new("metrics.k8s.io/v1", next() as i64);
+            let written = |write: &dyn Fn(&mut Vec<u8>)| {
+                let mut out = vec![0xff; 3];
+                write(&mut out);
+                out.len() - 3
+            };
+            assert_eq!(written(&|o| write_pod(o, &ctx, &pod)), pod_len(&ctx, &pod));
+            assert_eq!(
+                written(&|o| write_node(o, &ctx, &node)),
+                node_len(&ctx, &node)
+            );
+            assert_eq!(
+                written(&|o| write_pod_partial(o, &ctx, &pod)),
+                pod_partial_len(&ctx, &pod)
+            );
+            assert_eq!(
+                written(&|o| pod_item(o, &ctx, &pod)),
+                field_len(2, pod_len(&ctx, &pod))
+            );
+            let items = [pod.clone(), pod];
+            let mut list = list_head("v", "k", list_len(&ctx, &items, POD));
+            let head = list.len();
+            for item in &items {
+                pod_item(&mut list, &ctx, item);
+            }
+            assert_eq!(
+                list.len() - head + EMPTY_LIST_META.len(),
+                list_len(&ctx, &items, POD)
+            );
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Protobuf handler tests without sockets: every protobuf answer is decoded with the
+//! independent messages of `tests/it/k8s_proto.rs` and compared with the JSON answer to the
+//! same request.
+
+use std::sync::Arc;
+
+use scraper::point::{ContainerUsage, Usage};
+
+use super::tests::*;
+
+#[path = "../../tests/it/k8s_proto.rs"]
+mod k8s_proto;
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+/// What client-go sends for a protobuf client (kubectl top, the HPA).
+const CLIENT_GO: &str = "application/vnd.kubernetes.protobuf, */*";
+
+/// The same request as JSON and as protobuf; asserts both are 200 with their content types
+/// and that the protobuf decodes to the JSON.
+fn same_as_json<S: super::Source>(h: &super::Handler<S>, uri: &str, accept: &str) -> usize {
+    let json = get_with(h, uri, "application/json");
+    let proto = get_with(h, uri, accept);
+    assert_eq!(json.status, proto.status, "{uri}");
+    assert_eq!(json.header("content-type"), "application/json");
+    assert_eq!(proto.header("content-type"), PROTOBUF, "{uri} {accept}");
+    assert_eq!(
+        k8s_proto::to_json(&proto.body),
+        json.json(),
+        "{uri} {accept}"
+    );
+    proto.body.len()
+}
+
+fn with_swap() -> Fake {
+    let mut f = cluster();
+    f.add_node(
+        "swappy",
+        &[],
+        Some(Usage {
+            swap_bytes: Some(32 << 20),
+            ..usage(5_000_000, 3_145_728)
+        }),
+    );
+    let (record, u) = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
+    let mut u = (*u.unwrap()).clone();
+    u.containers = Arc::from(vec![
+        ContainerUsage {
+            name: Arc::from("a"),
+            cpu_nanocores: 1_000_000,
+            memory_bytes: 1 << 20,
+            swap_bytes: Some(0),
+        },
+        ContainerUsage {
+            name: Arc::from("b"),
+            cpu_nanocores: u64::MAX,
+            memory_bytes: u64::MAX,
+            swap_bytes: None,
+        },
+    ]);
+    f.pods.insert(
+        ("default".to_owned(), "busybox".to_owned()),
+        (record, Some(Arc::new(u))),
+    );
+    f
+}
+
+#[test]
+fn every_resource_decodes_to_the_json_answer_in_both_versions() {
+    let (h, _) = handler_with(with_swap(), "");
+    for v in ["v1", "v1beta1"] {
+        for path in [
+            "nodes",
+            "nodes/k8s-master",
+            "nodes/swappy",
+            "pods",
+            "namespaces/kube-system/pods",
+            "namespaces/kube-system/pods/coredns",
+            "namespaces/default/pods/busybox",
+            "namespaces/empty/pods",
+            "pods?labelSelector=app%3Dnone",
+            "nodes?fieldSelector=metadata.name%3Dworker-1",
+        ] {
+            let uri = format!("/apis/metrics.k8s.io/{v}/{path}");
+            for accept in [PROTOBUF, CLIENT_GO] {
+                same_as_json(&h, &uri, accept);
+            }
+        }
+    }
+}
+
+#[test]
+fn envelope_names_the_kind_and_version() {
+    let h = handler();
+    for (uri, api_version, kind) in [
+        (
+            "/apis/metrics.k8s.io/v1/nodes",
+            "metrics.k8s.io/v1",
+            "NodeMetricsList",
+        ),
+        (
+            "/apis/metrics.k8s.io/v1beta1/nodes/worker-1",
+            "metrics.k8s.io/v1beta1",
+            "NodeMetrics",
+        ),
+        (
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            "metrics.k8s.io/v1beta1",
+            "PodMetricsList",
+        ),
+        (
+            "/apis/metrics.k8s.io/v1/namespaces/default/pods/busybox",
+            "metrics.k8s.io/v1",
+            "PodMetrics",
+        ),
+    ] {
+        let r = get_with(&h, uri, PROTOBUF);
+        let (av, k, _) = k8s_proto::envelope(&r.body);
+        assert_eq!((av.as_str(), k.as_str()), (api_version, kind), "{uri}");
+    }
+}
+
+/// The HPA's request (kube-controller-manager: a namespaced pod list with a label selector,
+/// protobuf preferred) and a protobuf-only client (no more 406).
+#[test]
+fn hpa_request_and_protobuf_only_clients_get_protobuf() {
+    let h = handler();
+    let uri =
+        "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dkube-dns";
+    for accept in [
+        CLIENT_GO,
+        PROTOBUF,
+        "application/vnd.kubernetes.protobuf;q=0.9, application/json;q=0.5",
+    ] {
+        let r = get_with(&h, uri, accept);
+        assert_eq!(r.status, 200, "{accept}");
+        assert_eq!(r.header("content-type"), PROTOBUF, "{accept}");
+        let v = k8s_proto::to_json(&r.body);
+        assert_eq!(v["items"][0]["metadata"]["name"], "coredns");
+        assert_eq!(v["items"][0]["containers"][0]["usage"]["cpu"], "7338891n");
+        assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn json_stays_the_default() {
+    let h = handler();
+    for accept in [
+        "*/*",
+        "application/*",
+        "application/json",
+        "application/json, application/vnd.kubernetes.protobuf",
+        "application/vnd.kubernetes.protobuf;q=0.5, application/json",
+    ] {
+        let r = get_with(&h, "/apis/metrics.k8s.io/v1/nodes", accept);
+        assert_eq!(r.status, 200, "{accept}");
+        assert_eq!(r.header("content-type"), "application/json", "{accept}");
+    }
+    let r = get(&h, "/apis/metrics.k8s.io/v1/nodes");
+    assert_eq!(r.header("content-type"), "application/json");
+}
+
+/// Table is JSON only (`AllowsMediaTypeTransform`): a protobuf Table range is skipped, so a
+/// client that also lists JSON Table gets that, and a protobuf-only Table request is a 406.
+#[test]
+fn table_is_json_only() {
+    let h = handler();
+    let both = "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let r = get_with(&h, "/apis/metrics.k8s.io/v1/nodes", both);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), "application/json");
+    assert_eq!(r.json()["kind"], "Table");
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes",
+        "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/vnd.kubernetes.protobuf",
+    );
+    assert_eq!(r.header("content-type"), PROTOBUF);
+    assert_eq!(k8s_proto::to_json(&r.body)["kind"], "NodeMetricsList");
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes",
+        "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
+    );
+    assert_eq!(r.status, 406);
+    assert_eq!(r.header("content-type"), "application/json");
+    assert_eq!(r.json()["reason"], "NotAcceptable");
+}
+
+#[test]
+fn partial_object_metadata_in_protobuf() {
+    let h = handler();
+    let list =
+        "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let one = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let json_of = |a: &str| a.replace(PROTOBUF, "application/json");
+    for (uri, accept) in [
+        ("/apis/metrics.k8s.io/v1/pods", list),
+        ("/apis/metrics.k8s.io/v1beta1/nodes", list),
+        ("/apis/metrics.k8s.io/v1/namespaces/empty/pods", list),
+        ("/apis/metrics.k8s.io/v1/nodes/worker-1", one),
+        (
+            "/apis/metrics.k8s.io/v1/namespaces/default/pods/busybox",
+            one,
+        ),
+    ] {
+        let proto = get_with(&h, uri, accept);
+        let json = get_with(&h, uri, &json_of(accept));
+        assert_eq!(proto.status, 200, "{uri}");
+        assert_eq!(proto.header("content-type"), PROTOBUF);
+        assert_eq!(k8s_proto::to_json(&proto.body), json.json(), "{uri}");
+    }
+    // The list / object mismatch is a 406 Status in the negotiated serializer.
+    let r = get_with(
+        &h,
+        "/apis/metrics.k8s.io/v1/nodes",
+        &format!("{one}, {PROTOBUF}"),
+    );
+    assert_eq!(r.status, 406);
+    assert_eq!(r.header("content-type"), PROTOBUF);
+    let v = k8s_proto::to_json(&r.body);
+    assert_eq!(
+        v["message"],
+        "you requested PartialObjectMetadata, but the requested object is a list (*metrics.NodeMetricsList)"
+    );
+}
+
+/// Errors are Status objects in the negotiated serializer (`ErrorNegotiated`), with the
+/// same fields as the JSON Status.
+#[test]
+fn errors_are_negotiated_status_objects() {
+    let h = handler();
+    for uri in [
+        "/apis/metrics.k8s.io/v1/nodes/worker-2",
+        "/apis/metrics.k8s.io/v1/nodes/nope",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods/pending",
+        "/apis/metrics.k8s.io/v1/pods?labelSelector=a%20b%20c",
+        "/apis/metrics.k8s.io/v1/pods?watch=true",
+        "/apis/metrics.k8s.io/v1/nodes/a/b/c",
+    ] {
+        let json = get_with(&h, uri, "application/json");
+        let proto = get_with(&h, uri, CLIENT_GO);
+        assert!(json.status.is_client_error(), "{uri}: {}", json.status);
+        assert_eq!(proto.status, json.status, "{uri}");
+        assert_eq!(proto.header("content-type"), PROTOBUF, "{uri}");
+        let v = k8s_proto::to_json(&proto.body);
+        assert_eq!(v, json.json(), "{uri}");
+        assert_eq!(
+            (v["kind"].as_str(), v["apiVersion"].as_str()),
+            (Some("Status"), Some("v1"))
+        );
+    }
+    // A Table request's errors are JSON.
+    let r = get_with(&h, "/apis/metrics.k8s.io/v1/nodes/nope", KUBECTL_GET);
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-type"), "application/json");
+}
+
+#[test]
+fn large_protobuf_list_is_streamed_and_exact() {
+    let mut f = Fake::default();
+    for i in 0..5_000 {
+        f.add_pod(
+            &format!("ns-{:02}", i % 50),
+            &format!("pod-{i:05}"),
+            &[("app", "web"), ("pod-template-hash", "5d8f9c7b6")],
+            Some(&[
+                ("app", 4_710_169 + i, 12_533_760 + i),
+                ("sidecar", 1_000_000, 3_145_728),
+            ]),
+        );
+    }
+    let h = handler_with(f, "").0;
+    let uri = "/apis/metrics.k8s.io/v1/pods";
+    let r = get_with(&h, uri, CLIENT_GO);
+    assert!(r.frames > 5, "{} frames", r.frames);
+    assert!(r.largest_frame < super::body::CHUNK_BYTES + 4096);
+    // A length mismatch anywhere would fail the decode (or leave bytes over).
+    let bytes = same_as_json(&h, uri, CLIENT_GO);
+    assert_eq!(bytes, r.body.len());
+    let v = k8s_proto::to_json(&r.body);
+    assert_eq!(v["items"].as_array().unwrap().len(), 5_000);
+}

@@ -1,0 +1,276 @@
+//! Shaping a NodeMetrics / PodMetrics answer in the negotiated form: the object, its Table or
+//! PartialObjectMetadata, in JSON or protobuf, single objects buffered and lists streamed.
+
+use http::{Response, StatusCode};
+
+use super::accept::{self, Format, Target};
+use super::body::{ListBody, WriteItem};
+use super::encode::{self, Ctx, NodeItem, PodItem};
+use super::proto::{self, Writer};
+use super::{json_response, response};
+use crate::Body;
+use crate::status::Status;
+
+/// The object of a GET.
+pub(super) enum SingleItem<'a> {
+    Node(&'a NodeItem),
+    Pod(&'a PodItem),
+}
+
+/// A single object in the negotiated form.
+pub(super) fn single(
+    format: Format,
+    target: Target,
+    ctx: &Ctx,
+    item: SingleItem<'_>,
+    accept: Option<&str>,
+) -> Response<Body> {
+    if format == Format::Protobuf {
+        return proto_single(target, ctx, item, accept);
+    }
+    let mut out = Vec::with_capacity(1024);
+    match target {
+        Target::Object | Target::DiscoveryV2 => match item {
+            SingleItem::Node(n) => encode::write_node(&mut out, ctx, n, true),
+            SingleItem::Pod(p) => encode::write_pod(&mut out, ctx, p, true),
+        },
+        Target::Partial(_) => match item {
+            SingleItem::Node(n) => encode::write_node_partial(&mut out, ctx, n),
+            SingleItem::Pod(p) => encode::write_pod_partial(&mut out, ctx, p),
+        },
+        Target::PartialList(_) => return not_a_list(&item, accept),
+        Target::Table(_) => {
+            let mut ctx = ctx.clone();
+            if let SingleItem::Pod(p) = item {
+                ctx.usage_columns = !p.usage.containers.is_empty();
+            }
+            table_head(&mut out, &ctx, true);
+            match item {
+                SingleItem::Node(n) => encode::write_node_row(&mut out, &ctx, n),
+                SingleItem::Pod(p) => encode::write_pod_row(&mut out, &ctx, p),
+            }
+            out.extend_from_slice(b"]}");
+        }
+    }
+    out.push(b'\n');
+    json_response(crate::full(out))
+}
+
+/// The 406 for `as=PartialObjectMetadataList` on a single object.
+fn not_a_list(item: &SingleItem<'_>, accept: Option<&str>) -> Response<Body> {
+    let t = match item {
+        SingleItem::Node(_) => "*metrics.NodeMetrics",
+        SingleItem::Pod(_) => "*metrics.PodMetrics",
+    };
+    Status::not_acceptable(format!(
+        "you requested PartialObjectMetadataList, but the requested object is not a list ({t})"
+    ))
+    .into_response_for(accept)
+}
+
+/// The 406 for `as=PartialObjectMetadata` on a list.
+fn not_an_object(go_type: &str, accept: Option<&str>) -> Response<Body> {
+    Status::not_acceptable(format!(
+        "you requested PartialObjectMetadata, but the requested object is a list ({go_type})"
+    ))
+    .into_response_for(accept)
+}
+
+/// A single object in protobuf: the object itself or its PartialObjectMetadata (Table is
+/// JSON only: negotiation never picks protobuf for it).
+fn proto_single(
+    target: Target,
+    ctx: &Ctx,
+    item: SingleItem<'_>,
+    accept: Option<&str>,
+) -> Response<Body> {
+    let partial = match target {
+        Target::PartialList(_) => return not_a_list(&item, accept),
+        Target::Partial(_) => true,
+        Target::Object | Target::DiscoveryV2 | Target::Table(_) => false,
+    };
+    let body = match (item, partial) {
+        (SingleItem::Node(n), false) => {
+            proto::single(ctx, ctx.api_version, "NodeMetrics", n, proto::NODE)
+        }
+        (SingleItem::Pod(p), false) => {
+            proto::single(ctx, ctx.api_version, "PodMetrics", p, proto::POD)
+        }
+        (SingleItem::Node(n), true) => proto::single(
+            ctx,
+            ctx.meta_api_version,
+            "PartialObjectMetadata",
+            n,
+            proto::NODE_PARTIAL,
+        ),
+        (SingleItem::Pod(p), true) => proto::single(
+            ctx,
+            ctx.meta_api_version,
+            "PartialObjectMetadata",
+            p,
+            proto::POD_PARTIAL,
+        ),
+    };
+    response(StatusCode::OK, accept::PROTOBUF, crate::full(body))
+}
+
+/// `{"kind":"Table",...,"rows":[` (or the whole empty Table when there are no rows).
+fn table_head(out: &mut Vec<u8>, ctx: &Ctx, has_rows: bool) {
+    out.extend_from_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"");
+    out.extend_from_slice(ctx.meta_api_version.as_bytes());
+    out.extend_from_slice(b"\",\"metadata\":{},\"columnDefinitions\":");
+    if has_rows {
+        encode::write_table_columns(out, ctx.usage_columns);
+        out.extend_from_slice(b",\"rows\":[");
+    } else {
+        out.extend_from_slice(b"null,\"rows\":null}");
+    }
+}
+
+fn list_head(out: &mut Vec<u8>, kind: &str, api_version: &str) {
+    out.push(b'{');
+    encode::write_type_meta(out, kind, api_version);
+    out.extend_from_slice(b"\"metadata\":{},\"items\":");
+}
+
+/// How a list of one resource is written.
+struct ListKind<T> {
+    /// `NodeMetricsList` / `PodMetricsList`.
+    kind: &'static str,
+    /// The Go type named in the PartialObjectMetadata 406.
+    go_type: &'static str,
+    json: WriteItem<T>,
+    partial: WriteItem<T>,
+    row: WriteItem<T>,
+    /// The protobuf message and its list item.
+    proto: (Writer<T>, WriteItem<T>),
+    /// The protobuf PartialObjectMetadata and its list item.
+    proto_partial: (Writer<T>, WriteItem<T>),
+}
+
+/// Streams a list in the negotiated form.
+fn list_body<T: Send + Sync + Unpin + 'static>(
+    format: Format,
+    target: Target,
+    ctx: Ctx,
+    items: Vec<T>,
+    k: ListKind<T>,
+    measured: Option<usize>,
+    accept: Option<&str>,
+) -> Response<Body> {
+    let ListKind {
+        kind: list_kind,
+        go_type,
+        json,
+        partial,
+        row,
+        proto,
+        proto_partial,
+    } = k;
+    if format == Format::Protobuf {
+        let (api_version, kind, (writer, write)) = match target {
+            Target::Partial(_) => return not_an_object(go_type, accept),
+            Target::PartialList(_) => (
+                ctx.meta_api_version,
+                "PartialObjectMetadataList",
+                proto_partial,
+            ),
+            Target::Object | Target::DiscoveryV2 | Target::Table(_) => {
+                (ctx.api_version, list_kind, proto)
+            }
+        };
+        // `raw`'s length goes first, so every item is measured before the first is written.
+        let raw_len = measured.unwrap_or_else(|| proto::list_len(&ctx, &items, writer));
+        let head = proto::list_head(api_version, kind, raw_len);
+        let body = ListBody::new(head, items, proto::ENVELOPE_TAIL, ctx, write);
+        return response(
+            StatusCode::OK,
+            accept::PROTOBUF,
+            body.without_separator().into_body(),
+        );
+    }
+    let mut head = Vec::with_capacity(1024);
+    let (write, tail): (WriteItem<T>, &'static [u8]) = match target {
+        Target::Object | Target::DiscoveryV2 => {
+            list_head(&mut head, list_kind, ctx.api_version);
+            head.push(b'[');
+            (json, b"]}\n")
+        }
+        Target::PartialList(_) => {
+            list_head(&mut head, "PartialObjectMetadataList", ctx.meta_api_version);
+            if items.is_empty() {
+                head.extend_from_slice(b"null}\n");
+                return json_response(crate::full(head));
+            }
+            head.push(b'[');
+            (partial, b"]}\n")
+        }
+        Target::Partial(_) => return not_an_object(go_type, accept),
+        Target::Table(_) => {
+            if items.is_empty() {
+                table_head(&mut head, &ctx, false);
+                head.push(b'\n');
+                return json_response(crate::full(head));
+            }
+            table_head(&mut head, &ctx, true);
+            (row, b"]}\n")
+        }
+    };
+    json_response(ListBody::new(head, items, tail, ctx, write).into_body())
+}
+
+pub(super) fn nodes_list(
+    format: Format,
+    target: Target,
+    ctx: Ctx,
+    items: Vec<NodeItem>,
+    accept: Option<&str>,
+) -> Response<Body> {
+    list_body(
+        format,
+        target,
+        ctx,
+        items,
+        ListKind {
+            kind: "NodeMetricsList",
+            go_type: "*metrics.NodeMetricsList",
+            json: |out, ctx, item| encode::write_node(out, ctx, item, false),
+            partial: encode::write_node_partial,
+            row: encode::write_node_row,
+            proto: (proto::NODE, proto::node_item),
+            proto_partial: (proto::NODE_PARTIAL, proto::node_partial_item),
+        },
+        None,
+        accept,
+    )
+}
+
+pub(super) fn pods_list(
+    format: Format,
+    target: Target,
+    mut ctx: Ctx,
+    items: Vec<PodItem>,
+    measured: Option<usize>,
+    accept: Option<&str>,
+) -> Response<Body> {
+    if let Some(first) = items.first() {
+        ctx.usage_columns = !first.usage.containers.is_empty();
+    }
+    list_body(
+        format,
+        target,
+        ctx,
+        items,
+        ListKind {
+            kind: "PodMetricsList",
+            go_type: "*metrics.PodMetricsList",
+            json: |out, ctx, item| encode::write_pod(out, ctx, item, false),
+            partial: encode::write_pod_partial,
+            row: encode::write_pod_row,
+            proto: (proto::POD, proto::pod_item),
+            proto_partial: (proto::POD_PARTIAL, proto::pod_partial_item),
+        },
+        measured,
+        accept,
+    )
+}
