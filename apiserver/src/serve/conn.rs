@@ -4,24 +4,29 @@
 //! response that outlives its request's deadline is cut.
 
 use std::convert::Infallible;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, Request, Response, Version};
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::activity::{Activity, Deadline, Streams, Timed};
-use super::{Config, PeerCertificates, RemoteAddr, Router};
+use super::{Config, PeerCertificates, RemoteAddr, Router, Seat};
 use crate::Body;
 use crate::selfmetrics::RequestKind;
 
@@ -53,6 +58,16 @@ pub const HTTP2_RECEIVE_WINDOW_BYTES: u32 = 65_535;
 /// Response bytes buffered per h2 stream beyond what flow control lets out.
 pub const HTTP2_MAX_SEND_BUF_BYTES: usize = 400 * 1024;
 
+/// Bytes an HTTP/1.1 request head may have beyond [`Config::max_header_bytes`]: Go reads the
+/// head through a limit of `MaxHeaderBytes` plus 4,096 ("bufio slop",
+/// `initialReadLimitSize`), so a head up to that size is served there and must be here.
+pub const HTTP1_HEAD_SLACK_BYTES: usize = 4096;
+
+/// What an h2 header list may have beyond [`Config::max_header_bytes`]: h2 counts 32 bytes
+/// per field on top of names and values, and Go pads `MaxHeaderBytes` for 10 fields
+/// (`adjustHTTP1MaxHeaderSize`) to get `SETTINGS_MAX_HEADER_LIST_SIZE`.
+pub const HTTP2_HEADER_LIST_SLACK_BYTES: usize = 10 * 32;
+
 /// Header lines in an HTTP/1.1 request head (hyper's default is 100): Go counts none, only
 /// bytes, and the aggregator sends one `X-Remote-Group` line per group of the user.
 pub const HTTP1_MAX_HEADERS: usize = 1024;
@@ -74,7 +89,7 @@ pub fn http2_max_streams(flag: u32) -> u32 {
 }
 
 /// Serves one accepted TCP connection until it ends, is idle too long, or `shutdown` (then
-/// in-flight requests finish first). `_permit` is its place under the connection cap.
+/// in-flight requests finish first). `_seat` is its place under the connection cap.
 pub(super) async fn serve(
     stream: TcpStream,
     remote: SocketAddr,
@@ -82,12 +97,17 @@ pub(super) async fn serve(
     router: Arc<Router>,
     config: Arc<Config>,
     shutdown: CancellationToken,
-    _permit: OwnedSemaphorePermit,
+    _seat: Seat,
 ) {
     let _ = stream.set_nodelay(true);
+    let abort = Arc::new(AtomicBool::new(false));
+    let socket = Socket {
+        stream,
+        abort: abort.clone(),
+    };
     let tls = tokio::select! {
         () = shutdown.cancelled() => return,
-        handshake = tokio::time::timeout(config.handshake_timeout, acceptor.accept(stream)) => {
+        handshake = tokio::time::timeout(config.handshake_timeout, acceptor.accept(socket)) => {
             match handshake {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
@@ -117,6 +137,9 @@ pub(super) async fn serve(
         let activity = activity.clone();
         let streams = streams.clone();
         let request_timeout = config.request_timeout;
+        let head_limit = config
+            .max_header_bytes
+            .saturating_add(HTTP1_HEAD_SLACK_BYTES);
         service_fn(move |mut request: Request<Incoming>| {
             let extensions = request.extensions_mut();
             extensions.insert(RemoteAddr(remote));
@@ -131,8 +154,14 @@ pub(super) async fn serve(
                 activity.begin(Some(deadline.clone()))
             };
             let router = router.clone();
+            let too_large =
+                request.version() != Version::HTTP_2 && http1_head_bytes(&request) > head_limit;
             async move {
-                let response = answer(&router, request, &deadline).await;
+                let response = if too_large {
+                    header_fields_too_large()
+                } else {
+                    answer(&router, request, &deadline).await
+                };
                 Ok::<_, Infallible>(response.map(|body| Timed::new(body, in_flight).boxed()))
             }
         })
@@ -143,9 +172,15 @@ pub(super) async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
-        // The read buffer bounds the head: one that fills it unparsed gets 431. (It also
-        // bounds the response bytes queued for writing.)
-        .max_buf_size(config.max_header_bytes.max(8192))
+        // The read buffer bounds the head's memory: one that fills it unparsed gets hyper's
+        // 431. A read can take it past the limit, so the service checks the parsed head's
+        // size too. (The buffer also bounds the response bytes queued for writing.)
+        .max_buf_size(
+            config
+                .max_header_bytes
+                .saturating_add(HTTP1_HEAD_SLACK_BYTES)
+                .max(8192),
+        )
         .max_headers(HTTP1_MAX_HEADERS);
     builder
         .http2()
@@ -153,7 +188,14 @@ pub(super) async fn serve(
         .max_concurrent_streams(http2_max_streams(config.http2_max_streams))
         .max_pending_accept_reset_streams(HTTP2_MAX_PENDING_ACCEPT_RESET_STREAMS)
         .max_local_error_reset_streams(HTTP2_MAX_LOCAL_ERROR_RESET_STREAMS)
-        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
+        .max_header_list_size(
+            u32::try_from(
+                config
+                    .max_header_bytes
+                    .saturating_add(HTTP2_HEADER_LIST_SLACK_BYTES),
+            )
+            .unwrap_or(u32::MAX),
+        )
         .max_frame_size(HTTP2_MAX_FRAME_BYTES)
         .initial_stream_window_size(HTTP2_RECEIVE_WINDOW_BYTES)
         .initial_connection_window_size(HTTP2_RECEIVE_WINDOW_BYTES)
@@ -197,7 +239,8 @@ pub(super) async fn serve(
                 close_by = Some(Instant::now() + CLOSE_GRACE);
             }
             () = activity.http1_cut() => {
-                tracing::debug!(%remote, "HTTP/1.1 response past the request timeout; closing the connection");
+                tracing::debug!(%remote, "HTTP/1.1 response past the request timeout; resetting the connection");
+                abort.store(true, Ordering::SeqCst);
                 return;
             }
             () = too_late => {
@@ -228,5 +271,96 @@ async fn answer(
             deadline.arm(Instant::now() + TIMEOUT_ANSWER_GRACE);
             router.timed_out(kind, head, started.elapsed())
         }
+    }
+}
+
+/// The size of an HTTP/1.1 request head as it came (request line, header lines, the blank
+/// line), near enough: hyper keeps no count, and names and values are as parsed.
+fn http1_head_bytes<B>(request: &Request<B>) -> usize {
+    let uri = request.uri();
+    let target = uri.path_and_query().map_or(1, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |authority| {
+            authority.as_str().len() + uri.scheme_str().map_or(0, |scheme| scheme.len() + 3)
+        });
+    let line = request.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let fields: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + ": ".len() + value.len() + "\r\n".len())
+        .sum();
+    line + fields + "\r\n".len()
+}
+
+/// Go's answer to a request head over its limit (net/http's `errTooLarge`), after which the
+/// connection is closed.
+fn header_fields_too_large() -> Response<crate::Body> {
+    const TEXT: &str = "431 Request Header Fields Too Large";
+    let mut response = Response::new(crate::full(Bytes::from_static(TEXT.as_bytes())));
+    *response.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// The accepted socket. Once `abort` is set (a response cut at its deadline) it is closed
+/// abortively when dropped (`SO_LINGER` 0: an RST, unsent bytes discarded), so what the
+/// kernel still holds of the response is freed at once instead of trickling out to a reader
+/// that was too slow, and the client learns the response is incomplete.
+struct Socket {
+    stream: TcpStream,
+    abort: Arc<AtomicBool>,
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        if self.abort.load(Ordering::SeqCst)
+            && let Err(error) = self.stream.set_zero_linger()
+        {
+            tracing::debug!(%error, "setting SO_LINGER 0 on a cut connection");
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

@@ -27,11 +27,12 @@ pub mod router;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rustls::server::ResolvesServerCert;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -55,21 +56,28 @@ pub struct Config {
     /// `--max-connections` (ours): connections open at once, in any state; the next one waits
     /// in the listen backlog until one closes.
     pub max_connections: usize,
-    /// A TLS handshake that takes longer is dropped (k8s.io/apiserver gets Go's, which is its
-    /// `ReadHeaderTimeout`, 32 s).
+    /// A TLS handshake that takes longer is dropped, 10 s by default. (Go's server bounds
+    /// it by the smallest of its read and write timeouts, for k8s.io/apiserver its
+    /// `ReadHeaderTimeout` of 32 s; a real handshake takes milliseconds, and 10 s is Go's
+    /// client-side `TLSHandshakeTimeout`.)
     pub handshake_timeout: Duration,
-    /// An HTTP/1.1 request head that takes longer is answered 408 and the connection closed
-    /// (k8s.io/apiserver's `ReadHeaderTimeout`). hyper counts it from when the connection
-    /// starts waiting for the head, so it also bounds an idle HTTP/1.1 keep-alive connection.
+    /// An HTTP/1.1 request head that takes longer ends the connection without an answer, as
+    /// Go's server does at k8s.io/apiserver's `ReadHeaderTimeout` (32 s): a timeout is a
+    /// "common net read error" it does not reply to. hyper counts it from when the
+    /// connection starts waiting for the head, so it also bounds an idle HTTP/1.1
+    /// keep-alive connection (Go waits `IdleTimeout` for the first byte, then this).
     pub header_read_timeout: Duration,
-    /// The largest request head (HTTP/1.1: request line and headers) or decoded header list
-    /// (h2), in bytes; a larger one gets 431 (k8s.io/apiserver's `MaxHeaderBytes`, 1 MiB).
+    /// The request head limit, k8s.io/apiserver's `MaxHeaderBytes` (1 MiB), counted as Go
+    /// counts it: an HTTP/1.1 head (request line, header lines) larger than this plus
+    /// [`conn::HTTP1_HEAD_SLACK_BYTES`] gets `431` and the connection closed; h2 advertises
+    /// it plus [`conn::HTTP2_HEADER_LIST_SLACK_BYTES`] as `SETTINGS_MAX_HEADER_LIST_SIZE`
+    /// and answers a larger header list `431`.
     pub max_header_bytes: usize,
     /// A connection with no request in flight for this long is closed (h2 with GOAWAY);
-    /// k8s.io/apiserver's `IdleTimeout`.
+    /// k8s.io/apiserver's `IdleTimeout` (90 s).
     pub idle_timeout: Duration,
     /// `--request-timeout`: a request that has no answer by then gets a 504 `Timeout` Status;
-    /// one whose response is still being written then is cut (the HTTP/1.1 connection closed,
+    /// one whose response is still being written then is cut (the HTTP/1.1 connection reset,
     /// the h2 stream reset), releasing what it held.
     pub request_timeout: Duration,
     /// On shutdown, in-flight requests get this long to finish.
@@ -142,18 +150,45 @@ impl std::fmt::Debug for Server {
 #[derive(Clone, Debug)]
 pub struct Connections {
     permits: Arc<Semaphore>,
+    /// Accepted and not yet closed. Not the permits taken: the accept loop holds one while it
+    /// waits for the next connection.
+    open: Arc<AtomicUsize>,
     max: usize,
 }
 
 impl Connections {
     /// Connections open now (accepted and not yet closed, in any state).
     pub fn open(&self) -> usize {
-        self.max.saturating_sub(self.permits.available_permits())
+        self.open.load(Ordering::SeqCst)
     }
 
     /// The cap (`--max-connections`).
     pub fn max(&self) -> usize {
         self.max
+    }
+}
+
+/// One accepted connection's place under the cap, counted in [`Connections::open`] until it
+/// is dropped with its connection.
+#[derive(Debug)]
+pub(crate) struct Seat {
+    _permit: OwnedSemaphorePermit,
+    open: Arc<AtomicUsize>,
+}
+
+impl Seat {
+    fn new(permit: OwnedSemaphorePermit, open: Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::SeqCst);
+        Seat {
+            _permit: permit,
+            open,
+        }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -174,6 +209,7 @@ impl Server {
             config,
             connections: Connections {
                 permits: Arc::new(Semaphore::new(max)),
+                open: Arc::default(),
                 max,
             },
         })
@@ -198,7 +234,7 @@ impl Server {
             acceptor,
             router,
             config,
-            connections: Connections { permits, max },
+            connections: Connections { permits, open, max },
         } = self;
         let config = Arc::new(config);
         let mut connections = JoinSet::new();
@@ -228,6 +264,7 @@ impl Server {
                 accepted = listener.accept(), if permit.is_some() => match accepted {
                     Ok((stream, remote)) => {
                         if let Some(permit) = permit.take() {
+                            let seat = Seat::new(permit, open.clone());
                             connections.spawn(conn::serve(
                                 stream,
                                 remote,
@@ -235,7 +272,7 @@ impl Server {
                                 router.clone(),
                                 config.clone(),
                                 shutdown.clone(),
-                                permit,
+                                seat,
                             ));
                         }
                     }
@@ -248,9 +285,9 @@ impl Server {
             }
         }
         drop(listener);
-        let open = connections.len();
-        if open > 0 {
-            tracing::info!(connections = open, "draining connections");
+        let draining = connections.len();
+        if draining > 0 {
+            tracing::info!(connections = draining, "draining connections");
         }
         let drained = tokio::time::timeout(config.drain_timeout, async {
             while connections.join_next().await.is_some() {}

@@ -55,7 +55,11 @@ struct Identify;
 impl Filter for Identify {
     fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
         Box::pin(async move {
-            if let Some(name) = parts.headers.get("x-test-user").and_then(|v| v.to_str().ok()) {
+            if let Some(name) = parts
+                .headers
+                .get("x-test-user")
+                .and_then(|v| v.to_str().ok())
+            {
                 parts.extensions.insert(UserInfo {
                     name: name.to_owned(),
                     uid: String::new(),
@@ -316,7 +320,10 @@ fn get(path: &str, h2: bool, headers: &[(&str, &str)]) -> Request<Empty<Bytes>> 
 async fn send1(sender: &mut Sender1, request: Request<Empty<Bytes>>) -> (StatusCode, Bytes) {
     let response = sender.send_request(request).await.unwrap();
     let status = response.status();
-    (status, response.into_body().collect().await.unwrap().to_bytes())
+    (
+        status,
+        response.into_body().collect().await.unwrap().to_bytes(),
+    )
 }
 
 /// Reads until the server closes the connection (EOF or a reset), for at most [`PATIENCE`];
@@ -339,8 +346,14 @@ async fn connections_past_the_cap_wait_in_the_backlog_until_one_closes() {
     let stack = Stack::start(config(|c| c.max_connections = 2), 1).await;
     let (mut first, _first_conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
     let (mut second, second_conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
-    assert_eq!(send1(&mut first, get("/livez", false, &[])).await.0, StatusCode::OK);
-    assert_eq!(send1(&mut second, get("/livez", false, &[])).await.0, StatusCode::OK);
+    assert_eq!(
+        send1(&mut first, get("/livez", false, &[])).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send1(&mut second, get("/livez", false, &[])).await.0,
+        StatusCode::OK
+    );
     assert_eq!(stack.connections.open(), 2);
 
     // The third is taken by the kernel, but the server does not accept it: no handshake.
@@ -352,7 +365,10 @@ async fn connections_past_the_cap_wait_in_the_backlog_until_one_closes() {
     );
     assert_eq!(stack.connections.open(), 2);
     // Those that are in keep working.
-    assert_eq!(send1(&mut first, get("/livez", false, &[])).await.0, StatusCode::OK);
+    assert_eq!(
+        send1(&mut first, get("/livez", false, &[])).await.0,
+        StatusCode::OK
+    );
 
     // One closes: the waiting one is accepted and served.
     drop(second);
@@ -362,7 +378,10 @@ async fn connections_past_the_cap_wait_in_the_backlog_until_one_closes() {
         .expect("the waiting connection was accepted")
         .unwrap();
     let (mut third, _third_conn) = h1(third).await;
-    assert_eq!(send1(&mut third, get("/livez", false, &[])).await.0, StatusCode::OK);
+    assert_eq!(
+        send1(&mut third, get("/livez", false, &[])).await.0,
+        StatusCode::OK
+    );
     assert_eq!(stack.connections.open(), 2);
 }
 
@@ -371,16 +390,25 @@ async fn a_tls_handshake_that_does_not_come_is_dropped_at_its_timeout() {
     let timeout = Duration::from_millis(300);
     let stack = Stack::start(config(|c| c.handshake_timeout = timeout), 0).await;
     // Silence, then half a ClientHello record header.
+    let opened = Instant::now();
     let mut silent = TcpStream::connect(stack.addr).await.unwrap();
     let mut partial = TcpStream::connect(stack.addr).await.unwrap();
     partial.write_all(&[0x16, 0x03, 0x01, 0x02]).await.unwrap();
-    stack.until("both accepted", |s| s.connections.open() == 2).await;
+    stack
+        .until("both accepted", |s| s.connections.open() == 2)
+        .await;
     for stream in [&mut silent, &mut partial] {
-        let (got, after) = read_until_closed(stream).await;
+        let (got, _) = read_until_closed(stream).await;
         assert!(got.is_empty(), "{got:?}");
-        assert!(after >= timeout - Duration::from_millis(50), "closed after {after:?}");
+        let after = opened.elapsed();
+        assert!(
+            after >= timeout - Duration::from_millis(50),
+            "closed after {after:?}"
+        );
     }
-    stack.until("both closed", |s| s.connections.open() == 0).await;
+    stack
+        .until("both closed", |s| s.connections.open() == 0)
+        .await;
     // A real handshake is unaffected.
     assert_eq!(
         Client::insecure().get(stack.addr, "/livez").await.status,
@@ -388,8 +416,10 @@ async fn a_tls_handshake_that_does_not_come_is_dropped_at_its_timeout() {
     );
 }
 
+/// Go's server does not answer a head that did not come in time (a timeout is a "common net
+/// read error": `return // don't reply`); neither does hyper.
 #[tokio::test]
-async fn half_a_request_head_is_answered_408_and_closed_at_the_header_timeout() {
+async fn half_a_request_head_is_closed_unanswered_at_the_header_timeout() {
     let timeout = Duration::from_millis(300);
     let stack = Stack::start(config(|c| c.header_read_timeout = timeout), 0).await;
     let mut tls = connect(stack.addr, b"http/1.1", None).await;
@@ -397,10 +427,21 @@ async fn half_a_request_head_is_answered_408_and_closed_at_the_header_timeout() 
         .await
         .unwrap();
     let (got, after) = read_until_closed(&mut tls).await;
-    let got = String::from_utf8_lossy(&got);
-    assert!(got.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{got}");
-    assert!(after >= timeout - Duration::from_millis(50), "closed after {after:?}");
+    assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+    assert!(
+        after >= timeout - Duration::from_millis(50),
+        "closed after {after:?}"
+    );
     stack.until("closed", |s| s.connections.open() == 0).await;
+
+    // A head that is complete in time is served on the same terms.
+    let mut tls = connect(stack.addr, b"http/1.1", None).await;
+    tls.write_all(b"GET /livez HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (got, _) = read_until_closed(&mut tls).await;
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
 }
 
 #[tokio::test]
@@ -443,11 +484,15 @@ async fn an_idle_h2_connection_gets_a_goaway_and_is_closed() {
     stack.until("closed", |s| s.connections.open() == 0).await;
 }
 
+/// Go's limits, not hyper's: an HTTP/1.1 head is read through `MaxHeaderBytes` + 4 KiB, an h2
+/// header list may have `MaxHeaderBytes` + 320 bytes (32 per field for 10 fields), so a
+/// 1 MiB header value fits in both and one 4 KiB larger in neither.
 #[tokio::test]
 async fn request_heads_up_to_1_mib_are_served_and_larger_ones_get_431() {
     let stack = Stack::start(config(|_| {}), 0).await;
     let near = "a".repeat((1 << 20) - 4096);
-    let over = "a".repeat(1 << 20);
+    let at = "a".repeat(1 << 20);
+    let over = "a".repeat((1 << 20) + 4096);
     // Many header lines (the aggregator sends one X-Remote-Group per group) are fine too.
     let groups: Vec<String> = (0..500).map(|i| format!("group-{i}")).collect();
     for h2_client in [false, true] {
@@ -466,13 +511,26 @@ async fn request_heads_up_to_1_mib_are_served_and_larger_ones_get_431() {
                     let (mut sender, _conn) = h2(stream).await;
                     sender.send_request(request).await.unwrap().status()
                 } else {
-                    let (mut sender, _conn) = h1(stream).await;
-                    sender.send_request(request).await.unwrap().status()
+                    let (mut sender, conn) = h1(stream).await;
+                    let status = sender.send_request(request).await.unwrap().status();
+                    if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
+                        // As Go's server, a head too large ends the connection.
+                        tokio::time::timeout(PATIENCE, conn)
+                            .await
+                            .expect("closed after a 431")
+                            .unwrap();
+                    }
+                    status
                 }
             }
         };
         assert_eq!(
             status(vec![("x-big", near.clone())]).await,
+            StatusCode::OK,
+            "h2: {h2_client}"
+        );
+        assert_eq!(
+            status(vec![("x-big", at.clone())]).await,
             StatusCode::OK,
             "h2: {h2_client}"
         );
@@ -507,13 +565,21 @@ async fn a_request_without_an_answer_by_the_request_timeout_gets_a_504_status() 
             let response = sender.send_request(request).await.unwrap();
             let content_type = response.headers()[header::CONTENT_TYPE].clone();
             let status = response.status();
-            (status, content_type, response.into_body().collect().await.unwrap().to_bytes())
+            (
+                status,
+                content_type,
+                response.into_body().collect().await.unwrap().to_bytes(),
+            )
         } else {
             let (mut sender, _conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
             let response = sender.send_request(request).await.unwrap();
             let content_type = response.headers()[header::CONTENT_TYPE].clone();
             let status = response.status();
-            (status, content_type, response.into_body().collect().await.unwrap().to_bytes())
+            (
+                status,
+                content_type,
+                response.into_body().collect().await.unwrap().to_bytes(),
+            )
         };
         assert!(started.elapsed() >= timeout - Duration::from_millis(50));
         assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
@@ -543,7 +609,11 @@ async fn a_slow_http1_reader_is_cut_at_the_request_timeout_and_its_seat_released
     let started = Instant::now();
     let response = sender.send_request(get(PODS, false, &[])).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(stack.executing(), 1, "the list holds its seat while it is written");
+    assert_eq!(
+        stack.executing(),
+        1,
+        "the list holds its seat while it is written"
+    );
     let mut body = response.into_body();
     let mut read = 0;
     let ended = loop {
@@ -556,12 +626,24 @@ async fn a_slow_http1_reader_is_cut_at_the_request_timeout_and_its_seat_released
             None => panic!("the whole list ({read} bytes) arrived"),
         }
     };
-    assert!(started.elapsed() >= timeout, "cut after {:?}", started.elapsed());
-    assert!(ended.is_incomplete_message() || ended.is_closed(), "{ended:?}");
+    assert!(
+        started.elapsed() >= timeout,
+        "cut after {:?}",
+        started.elapsed()
+    );
+    // The connection is reset (`SO_LINGER` 0), not closed: what the server's kernel still
+    // held of the response is dropped, not trickled out, and no TLS close_notify says the
+    // response was complete.
+    assert!(
+        ended.is_incomplete_message() || ended.is_closed() || io_error(&ended).is_some(),
+        "{ended:?}"
+    );
     assert!(read < 7_000_000, "{read}");
     stack.until("seat released", |s| s.executing() == 0).await;
     conn.await.unwrap();
-    stack.until("connection closed", |s| s.connections.open() == 0).await;
+    stack
+        .until("connection closed", |s| s.connections.open() == 0)
+        .await;
 }
 
 #[tokio::test]
@@ -572,10 +654,18 @@ async fn a_stalled_h2_stream_is_reset_at_the_request_timeout_and_the_connection_
     let started = Instant::now();
     let response = sender.send_request(get(PODS, true, &[])).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(stack.executing(), 1, "the list holds its seat while it is written");
+    assert_eq!(
+        stack.executing(),
+        1,
+        "the list holds its seat while it is written"
+    );
     // Not reading: once the client's stream window is full, the server cannot send more.
     stack.until("seat released", |s| s.executing() == 0).await;
-    assert!(started.elapsed() >= timeout, "cut after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= timeout,
+        "cut after {:?}",
+        started.elapsed()
+    );
     let error = response.into_body().collect().await.unwrap_err();
     assert_eq!(reset_reason(&error), Some(h2::Reason::CANCEL), "{error:?}");
     // Only the stream was reset: the connection serves the next request.
@@ -590,6 +680,18 @@ fn reset_reason(error: &hyper::Error) -> Option<h2::Reason> {
     while let Some(error) = source {
         if let Some(h2) = error.downcast_ref::<h2::Error>() {
             return h2.reason();
+        }
+        source = error.source();
+    }
+    None
+}
+
+/// The I/O error kind behind a hyper error.
+fn io_error(error: &hyper::Error) -> Option<std::io::ErrorKind> {
+    let mut source = std::error::Error::source(error);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
         }
         source = error.source();
     }
