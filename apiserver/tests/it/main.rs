@@ -6,6 +6,7 @@ mod binary;
 mod bounds;
 mod certs;
 mod gzip;
+mod h2;
 mod health;
 mod http;
 mod k8s_proto;
