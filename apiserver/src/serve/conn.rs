@@ -364,3 +364,37 @@ impl AsyncWrite for Socket {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http1_head_is_counted_as_it_came() {
+        let wire = "GET /apis/metrics.k8s.io/v1beta1/pods?limit=5 HTTP/1.1\r\nhost: localhost\r\nx-remote-group: a\r\nx-remote-group: b\r\n\r\n";
+        let request = Request::get("/apis/metrics.k8s.io/v1beta1/pods?limit=5")
+            .header("host", "localhost")
+            .header("x-remote-group", "a")
+            .header("x-remote-group", "b")
+            .body(())
+            .unwrap();
+        assert_eq!(http1_head_bytes(&request), wire.len());
+        // The absolute form counts its scheme and authority.
+        let request = Request::get("https://localhost/livez").body(()).unwrap();
+        assert_eq!(
+            http1_head_bytes(&request),
+            "GET https://localhost/livez HTTP/1.1\r\n\r\n".len()
+        );
+    }
+
+    #[test]
+    fn the_431_closes_the_connection() {
+        let response = header_fields_too_large();
+        assert_eq!(
+            response.status(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        assert_eq!(response.headers()[header::CONNECTION], "close");
+    }
+}
