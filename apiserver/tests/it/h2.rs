@@ -251,8 +251,8 @@ async fn a_well_behaved_client_waits_at_the_stream_limit() {
         assert_eq!(status, StatusCode::OK);
         took.push(elapsed);
     }
+    // Two had to wait for a stream to end before they could begin.
     took.sort();
-    assert!(took[2] < 2 * delay, "{took:?}");
     assert!(took[3] >= 2 * delay - Duration::from_millis(50), "{took:?}");
 }
 
