@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::Api;
 use crate::auth::{self, Authenticator, Authorizer};
-use crate::config::{self, Config, TlsVersion};
+use crate::config::{self, Config};
 use crate::credentials::{self, Reloads};
 use crate::health::{self, Health};
 use crate::selfmetrics::{self, Requests};
@@ -310,11 +310,8 @@ pub async fn run_with(
         certs,
         router,
         serve::Config {
-            http2: !serving.disable_http2_serving,
-            http2_max_streams: serving.http2_max_streams_per_connection,
-            tls13_only: serving.tls_min_version == Some(TlsVersion::Tls13),
             drain_timeout: setup.drain_timeout,
-            ..serve::Config::default()
+            ..config.serving()
         },
     )?;
     let addr = server.local_addr().ok();

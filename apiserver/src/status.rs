@@ -219,6 +219,18 @@ impl Status {
         }
     }
 
+    /// 504 `Timeout` of k8s.io/apiserver's timeout filter, for a request that had no answer
+    /// within `--request-timeout` (`NewTimeoutError("request did not complete within the
+    /// allotted timeout", 0)`: the message gets the `Timeout: ` prefix, the details are empty).
+    pub fn timeout() -> Self {
+        Status {
+            http: 504,
+            message: "Timeout: request did not complete within the allotted timeout".to_owned(),
+            reason: "Timeout",
+            details: Some(Details::default()),
+        }
+    }
+
     /// The JSON body.
     pub fn to_json(&self) -> Vec<u8> {
         let wire = Wire {

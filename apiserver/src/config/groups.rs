@@ -91,7 +91,8 @@ pub struct Generic {
     pub cold_store_window: Option<GoDuration>,
 
     /// An optional field indicating the duration a handler must keep a request open before
-    /// timing it out. Accepted for compatibility; every handler here answers from memory.
+    /// timing it out. This is the default request timeout for requests. A request without an
+    /// answer by then gets a 504; a response still being written then is cut.
     #[arg(long, value_name = "duration", default_value = "1m0s")]
     pub request_timeout: GoDuration,
 
@@ -254,6 +255,12 @@ pub struct SecureServing {
     /// HTTP/2 connection. Zero means to use golang's default.
     #[arg(long, value_name = "int", default_value_t = 0)]
     pub http2_max_streams_per_connection: u32,
+
+    /// (ours) Connections the server keeps open at once; further ones wait in the listen
+    /// backlog until one closes. Each idle TLS connection costs memory (see BENCHMARKS.md,
+    /// "Idle connections").
+    #[arg(long, value_name = "int", default_value_t = crate::serve::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
 
     /// The port on which to serve HTTPS with authentication and authorization. 0 picks a
     /// free port (ours; tests).

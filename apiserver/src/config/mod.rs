@@ -176,6 +176,12 @@ impl Config {
         if !(1..=99).contains(&self.generic.autoscaler_inflight_percent) {
             return Err(Error::Percent("autoscaler-inflight-percent"));
         }
+        if self.generic.request_timeout.0.is_zero() {
+            return Err(Error::NotPositive("request-timeout"));
+        }
+        if self.serving.max_connections == 0 {
+            return Err(Error::NotPositive("max-connections"));
+        }
         Ok(())
     }
 
@@ -225,6 +231,21 @@ impl Config {
             queue_wait: g.request_queue_wait.0,
             cold_store_window: self.cold_store_window(),
             ..crate::shed::Config::default()
+        }
+    }
+
+    /// The serving settings (`--disable-http2-serving`, `--http2-max-streams-per-connection`,
+    /// `--tls-min-version`, `--max-connections`, `--request-timeout`); every other bound keeps
+    /// its pinned value.
+    pub fn serving(&self) -> crate::serve::Config {
+        let s = &self.serving;
+        crate::serve::Config {
+            http2: !s.disable_http2_serving,
+            http2_max_streams: s.http2_max_streams_per_connection,
+            tls13_only: s.tls_min_version == Some(TlsVersion::Tls13),
+            max_connections: s.max_connections,
+            request_timeout: self.generic.request_timeout.0,
+            ..crate::serve::Config::default()
         }
     }
 

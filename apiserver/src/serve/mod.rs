@@ -1,50 +1,86 @@
 //! HTTPS serving: a tokio listener, tokio-rustls with ALPN `h2` and `http/1.1`, hyper-util's
 //! automatic HTTP/1.1-or-h2 connections, and graceful shutdown.
 //!
+//! Every peer is bounded ([`Config`]): connections open at once (more wait in the listen
+//! backlog: the accept loop takes a permit before it accepts, as mini-redis's
+//! `MAX_CONNECTIONS`), the TLS handshake's time, the request head's time and size, h2 streams
+//! and resets, idle time, and each request's time, response body included
+//! (`--request-timeout`, after which k8s.io/apiserver's timeout filter answers 504 or aborts
+//! the response).
+//!
 //! # Layout
 //! - [`access`]: the authentication and authorization filters (delegated to the cluster).
+//! - [`activity`]: a connection's requests in flight, idle periods and request deadlines.
 //! - [`cert`]: the serving certificate (files reloaded on change, or self-signed in
 //!   `--cert-dir`).
+//! - [`conn`]: one connection: bounded handshake, hyper's HTTP/1.1 and h2 with pinned limits.
 //! - [`gzip`]: gzip responses larger than 128 KiB when `Accept-Encoding` allows it.
 //! - [`router`]: the filter chain (the hook for authentication, authorization and load
 //!   shedding) and the routes.
 
 pub mod access;
+mod activity;
 pub mod cert;
+pub mod conn;
 pub mod gzip;
 pub mod httplog;
 pub mod router;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use rustls::server::ResolvesServerCert;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 pub use router::{Filter, Guard, PeerCertificates, RemoteAddr, Router, Verdict};
 
-/// Connection settings.
+/// `--max-connections` (ours) by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// Connection settings: what one peer, and all of them together, can hold.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Offer h2 in ALPN (off with `--disable-http2-serving`).
     pub http2: bool,
-    /// `--http2-max-streams-per-connection`; 0 means Go's default (250).
+    /// `--http2-max-streams-per-connection`; 0 means k8s.io/apiserver's default
+    /// ([`conn::HTTP2_DEFAULT_MAX_STREAMS`]). More streams at once are refused
+    /// (`RST_STREAM REFUSED_STREAM`).
     pub http2_max_streams: u32,
     /// Only TLS 1.3 (`--tls-min-version=VersionTLS13`).
     pub tls13_only: bool,
-    /// A TLS handshake that takes longer is dropped.
+    /// `--max-connections` (ours): connections open at once, in any state; the next one waits
+    /// in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// A TLS handshake that takes longer is dropped, 10 s by default. (Go's server bounds
+    /// it by the smallest of its read and write timeouts, for k8s.io/apiserver its
+    /// `ReadHeaderTimeout` of 32 s; a real handshake takes milliseconds, and 10 s is Go's
+    /// client-side `TLSHandshakeTimeout`.)
     pub handshake_timeout: Duration,
-    /// An HTTP/1.1 request whose headers take longer is dropped.
+    /// An HTTP/1.1 request head that takes longer ends the connection without an answer, as
+    /// Go's server does at k8s.io/apiserver's `ReadHeaderTimeout` (32 s): a timeout is a
+    /// "common net read error" it does not reply to. hyper counts it from when the
+    /// connection starts waiting for the head, so it also bounds an idle HTTP/1.1
+    /// keep-alive connection (Go waits `IdleTimeout` for the first byte, then this).
     pub header_read_timeout: Duration,
+    /// The request head limit, k8s.io/apiserver's `MaxHeaderBytes` (1 MiB), counted as Go
+    /// counts it: an HTTP/1.1 head (request line, header lines) larger than this plus
+    /// [`conn::HTTP1_HEAD_SLACK_BYTES`] gets `431` and the connection closed; h2 advertises
+    /// it plus [`conn::HTTP2_HEADER_LIST_SLACK_BYTES`] as `SETTINGS_MAX_HEADER_LIST_SIZE`
+    /// and answers a larger header list `431`.
+    pub max_header_bytes: usize,
+    /// A connection with no request in flight for this long is closed (h2 with GOAWAY);
+    /// k8s.io/apiserver's `IdleTimeout` (90 s).
+    pub idle_timeout: Duration,
+    /// `--request-timeout`: a request that has no answer by then gets a 504 `Timeout` Status;
+    /// one whose response is still being written then is cut (the HTTP/1.1 connection reset,
+    /// the h2 stream reset), releasing what it held.
+    pub request_timeout: Duration,
     /// On shutdown, in-flight requests get this long to finish.
     pub drain_timeout: Duration,
 }
@@ -55,8 +91,12 @@ impl Default for Config {
             http2: true,
             http2_max_streams: 0,
             tls13_only: false,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             handshake_timeout: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(32),
+            max_header_bytes: 1 << 20,
+            idle_timeout: Duration::from_secs(90),
+            request_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
         }
     }
@@ -95,6 +135,7 @@ pub struct Server {
     acceptor: TlsAcceptor,
     router: Arc<Router>,
     config: Config,
+    connections: Connections,
 }
 
 impl std::fmt::Debug for Server {
@@ -103,6 +144,52 @@ impl std::fmt::Debug for Server {
             .field("listener", &self.listener)
             .field("config", &self.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// How many connections a [`Server`] has open, under its cap.
+#[derive(Clone, Debug)]
+pub struct Connections {
+    permits: Arc<Semaphore>,
+    /// Accepted and not yet closed. Not the permits taken: the accept loop holds one while it
+    /// waits for the next connection.
+    open: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl Connections {
+    /// Connections open now (accepted and not yet closed, in any state).
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// The cap (`--max-connections`).
+    pub fn max(&self) -> usize {
+        self.max
+    }
+}
+
+/// One accepted connection's place under the cap, counted in [`Connections::open`] until it
+/// is dropped with its connection.
+#[derive(Debug)]
+pub(crate) struct Seat {
+    _permit: OwnedSemaphorePermit,
+    open: Arc<AtomicUsize>,
+}
+
+impl Seat {
+    fn new(permit: OwnedSemaphorePermit, open: Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::SeqCst);
+        Seat {
+            _permit: permit,
+            open,
+        }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -115,11 +202,17 @@ impl Server {
         config: Config,
     ) -> Result<Self, Error> {
         let tls = tls::server::config_with_min_version(certs, config.http2, config.tls13_only)?;
+        let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
         Ok(Server {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(tls)),
             router,
             config,
+            connections: Connections {
+                permits: Arc::new(Semaphore::new(max)),
+                open: Arc::default(),
+                max,
+            },
         })
     }
 
@@ -128,31 +221,61 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// The open-connection count, for tests and harnesses.
+    pub fn connections(&self) -> Connections {
+        self.connections.clone()
+    }
+
     /// Serves until `shutdown`; then stops accepting, lets in-flight requests finish (at
-    /// most `drain_timeout`) and closes every connection.
+    /// most `drain_timeout`) and closes every connection. At the connection cap it accepts
+    /// nothing until a connection closes: new ones wait in the kernel's listen backlog.
     pub async fn run(self, shutdown: CancellationToken) {
         let Server {
             listener,
             acceptor,
             router,
             config,
+            connections: Connections { permits, open, max },
         } = self;
         let config = Arc::new(config);
         let mut connections = JoinSet::new();
+        let mut permit = None;
+        let mut at_cap = false;
         loop {
+            if permit.is_none() && permits.available_permits() == 0 && !at_cap {
+                at_cap = true;
+                tracing::warn!(
+                    max_connections = max,
+                    "at the connection cap; new connections wait"
+                );
+            }
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                accepted = listener.accept() => match accepted {
+                acquired = permits.clone().acquire_owned(), if permit.is_none() => match acquired {
+                    Ok(p) => {
+                        permit = Some(p);
+                        if at_cap {
+                            at_cap = false;
+                            tracing::info!(max_connections = max, "below the connection cap again");
+                        }
+                    }
+                    Err(_) => break,
+                },
+                accepted = listener.accept(), if permit.is_some() => match accepted {
                     Ok((stream, remote)) => {
-                        connections.spawn(connection(
-                            stream,
-                            remote,
-                            acceptor.clone(),
-                            router.clone(),
-                            config.clone(),
-                            shutdown.clone(),
-                        ));
+                        if let Some(permit) = permit.take() {
+                            let seat = Seat::new(permit, open.clone());
+                            connections.spawn(conn::serve(
+                                stream,
+                                remote,
+                                acceptor.clone(),
+                                router.clone(),
+                                config.clone(),
+                                shutdown.clone(),
+                                seat,
+                            ));
+                        }
                     }
                     Err(error) => {
                         // EMFILE and friends: back off instead of spinning.
@@ -163,9 +286,9 @@ impl Server {
             }
         }
         drop(listener);
-        let open = connections.len();
-        if open > 0 {
-            tracing::info!(connections = open, "draining connections");
+        let draining = connections.len();
+        if draining > 0 {
+            tracing::info!(connections = draining, "draining connections");
         }
         let drained = tokio::time::timeout(config.drain_timeout, async {
             while connections.join_next().await.is_some() {}
@@ -177,87 +300,6 @@ impl Server {
                 "requests still running after the drain timeout; closing their connections"
             );
             connections.shutdown().await;
-        }
-    }
-}
-
-/// One TCP connection: TLS handshake (bounded), then HTTP/1.1 or h2 per ALPN.
-async fn connection(
-    stream: TcpStream,
-    remote: SocketAddr,
-    acceptor: TlsAcceptor,
-    router: Arc<Router>,
-    config: Arc<Config>,
-    shutdown: CancellationToken,
-) {
-    let _ = stream.set_nodelay(true);
-    let tls = tokio::select! {
-        () = shutdown.cancelled() => return,
-        handshake = tokio::time::timeout(config.handshake_timeout, acceptor.accept(stream)) => {
-            match handshake {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => {
-                    tracing::debug!(%remote, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%remote, "TLS handshake timed out");
-                    return;
-                }
-            }
-        }
-    };
-    let (_, session) = tls.get_ref();
-    let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
-    let peer = session
-        .peer_certificates()
-        .filter(|chain| !chain.is_empty())
-        .map(|chain| PeerCertificates(Arc::from(chain.to_vec())));
-
-    let service = service_fn(move |mut request: hyper::Request<Incoming>| {
-        let router = router.clone();
-        let extensions = request.extensions_mut();
-        extensions.insert(RemoteAddr(remote));
-        if let Some(peer) = &peer {
-            extensions.insert(peer.clone());
-        }
-        async move { Ok::<_, Infallible>(router.handle(request).await) }
-    });
-
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
-    let max_streams = if config.http2_max_streams == 0 {
-        250
-    } else {
-        config.http2_max_streams
-    };
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(max_streams)
-        .keep_alive_interval(Duration::from_secs(30));
-    let builder = match alpn.as_deref() {
-        Some(b"h2") => builder.http2_only(),
-        Some(_) => builder.http1_only(),
-        None if !config.http2 => builder.http1_only(),
-        None => builder,
-    };
-    let conn = builder.serve_connection(TokioIo::new(tls), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => {
-            if let Err(error) = result {
-                tracing::debug!(%remote, %error, "connection ended with an error");
-            }
-        }
-        () = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            if let Err(error) = conn.await {
-                tracing::debug!(%remote, %error, "connection ended with an error while draining");
-            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -162,6 +162,19 @@ impl Router {
         }
     }
 
+    /// The 504 `Timeout` Status of a request that had no answer within `--request-timeout`
+    /// (k8s.io/apiserver's timeout filter), counted in `apiserver_request_total` like every
+    /// other answer; for HEAD, its headers without the body.
+    pub fn timed_out(&self, kind: RequestKind, head: bool, elapsed: Duration) -> Response<Body> {
+        self.requests.observe(kind, 504, elapsed);
+        let response = Status::timeout().into_response();
+        if head {
+            without_body(response)
+        } else {
+            response
+        }
+    }
+
     fn route(&self, parts: &Parts) -> Response<Body> {
         let now_ns = (self.clock)();
         let path = parts.uri.path();
@@ -232,7 +245,6 @@ mod tests {
     use scraper::selector::LabelSelector;
     use scraper::store::Store;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
 
     const NOW: i64 = 1_700_000_000_000_000_000;
 

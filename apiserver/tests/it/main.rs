@@ -3,8 +3,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod binary;
+mod bounds;
 mod certs;
 mod gzip;
+mod h2;
 mod health;
 mod http;
 mod k8s_proto;

@@ -1,0 +1,400 @@
+//! One connection: the TLS handshake within [`Config::handshake_timeout`], then HTTP/1.1 or
+//! h2 per ALPN with every limit pinned here rather than left to hyper's defaults; requests
+//! are timed ([`Config::request_timeout`]) and counted, so an idle connection is closed and a
+//! response that outlives its request's deadline is cut.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::activity::{Activity, Deadline, Streams, Timed};
+use super::{Config, PeerCertificates, RemoteAddr, Router, Seat};
+use crate::Body;
+use crate::selfmetrics::RequestKind;
+
+/// h2 streams per connection when `--http2-max-streams-per-connection` is 0:
+/// k8s.io/apiserver's default since the rapid-reset fixes (`secure_serving.go`: "match
+/// http2.initialMaxConcurrentStreams used by clients").
+pub const HTTP2_DEFAULT_MAX_STREAMS: u32 = 100;
+
+/// Streams the client may reset before the server has accepted them, per connection; one more
+/// is answered with GOAWAY `ENHANCE_YOUR_CALM` (h2's rapid-reset limit, CVE-2023-44487).
+pub const HTTP2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+
+/// Streams the server may reset because the client broke the protocol (refused streams
+/// included), per connection; one more is answered with GOAWAY `ENHANCE_YOUR_CALM`
+/// (RUSTSEC-2024-0003).
+pub const HTTP2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+
+/// An h2 connection is pinged this often; an unanswered ping closes it after
+/// [`HTTP2_KEEP_ALIVE_TIMEOUT`] (a peer that vanished while a response was stalled).
+pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a ping may go unanswered.
+pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The largest h2 frame accepted (the protocol's minimum; requests carry no body here).
+pub const HTTP2_MAX_FRAME_BYTES: u32 = 16 * 1024;
+/// The h2 receive windows (the protocol's initial 65,535 bytes): request bodies are never
+/// read, so this is all a client can make the server buffer per stream and per connection.
+pub const HTTP2_RECEIVE_WINDOW_BYTES: u32 = 65_535;
+/// Response bytes buffered per h2 stream beyond what flow control lets out.
+pub const HTTP2_MAX_SEND_BUF_BYTES: usize = 400 * 1024;
+
+/// Bytes an HTTP/1.1 request head may have beyond [`Config::max_header_bytes`]: Go reads the
+/// head through a limit of `MaxHeaderBytes` plus 4,096 ("bufio slop",
+/// `initialReadLimitSize`), so a head up to that size is served there and must be here.
+pub const HTTP1_HEAD_SLACK_BYTES: usize = 4096;
+
+/// What an h2 header list may have beyond [`Config::max_header_bytes`]: h2 counts 32 bytes
+/// per field on top of names and values, and Go pads `MaxHeaderBytes` for 10 fields
+/// (`adjustHTTP1MaxHeaderSize`) to get `SETTINGS_MAX_HEADER_LIST_SIZE`.
+pub const HTTP2_HEADER_LIST_SLACK_BYTES: usize = 10 * 32;
+
+/// Header lines in an HTTP/1.1 request head (hyper's default is 100): Go counts none, only
+/// bytes, and the aggregator sends one `X-Remote-Group` line per group of the user.
+pub const HTTP1_MAX_HEADERS: usize = 1024;
+
+/// A connection told to close because it is idle gets this long to say goodbye (h2's GOAWAY
+/// and its ping) before it is dropped.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// A 504 answering a request that had no answer by its deadline gets this long to be written.
+pub const TIMEOUT_ANSWER_GRACE: Duration = Duration::from_secs(5);
+
+/// `--http2-max-streams-per-connection`, with 0 meaning [`HTTP2_DEFAULT_MAX_STREAMS`].
+pub fn http2_max_streams(flag: u32) -> u32 {
+    if flag == 0 {
+        HTTP2_DEFAULT_MAX_STREAMS
+    } else {
+        flag
+    }
+}
+
+/// Serves one accepted TCP connection until it ends, is idle too long, or `shutdown` (then
+/// in-flight requests finish first). `_seat` is its place under the connection cap.
+pub(super) async fn serve(
+    stream: TcpStream,
+    remote: SocketAddr,
+    acceptor: TlsAcceptor,
+    router: Arc<Router>,
+    config: Arc<Config>,
+    shutdown: CancellationToken,
+    _seat: Seat,
+) {
+    let _ = stream.set_nodelay(true);
+    let abort = Arc::new(AtomicBool::new(false));
+    let socket = Socket {
+        stream,
+        abort: abort.clone(),
+    };
+    let tls = tokio::select! {
+        () = shutdown.cancelled() => return,
+        handshake = tokio::time::timeout(config.handshake_timeout, acceptor.accept(socket)) => {
+            match handshake {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => {
+                    tracing::debug!(%remote, %error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                    return;
+                }
+            }
+        }
+    };
+    let (_, session) = tls.get_ref();
+    let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+    let peer = session
+        .peer_certificates()
+        .filter(|chain| !chain.is_empty())
+        .map(|chain| PeerCertificates(Arc::from(chain.to_vec())));
+
+    // Cancelled when this function returns: the connection's h2 stream tasks end with it.
+    let closed = CancellationToken::new();
+    let _closed = closed.clone().drop_guard();
+    let activity = Arc::new(Activity::default());
+    let streams = Streams::new(closed);
+    let service = {
+        let activity = activity.clone();
+        let streams = streams.clone();
+        let request_timeout = config.request_timeout;
+        let head_limit = config
+            .max_header_bytes
+            .saturating_add(HTTP1_HEAD_SLACK_BYTES);
+        service_fn(move |mut request: Request<Incoming>| {
+            let extensions = request.extensions_mut();
+            extensions.insert(RemoteAddr(remote));
+            if let Some(peer) = &peer {
+                extensions.insert(peer.clone());
+            }
+            let deadline = Arc::new(Deadline::new(Instant::now() + request_timeout));
+            let in_flight = if request.version() == Version::HTTP_2 {
+                streams.hand_off(deadline.clone());
+                activity.begin(None)
+            } else {
+                activity.begin(Some(deadline.clone()))
+            };
+            let router = router.clone();
+            let too_large =
+                request.version() != Version::HTTP_2 && http1_head_bytes(&request) > head_limit;
+            async move {
+                let response = if too_large {
+                    header_fields_too_large()
+                } else {
+                    answer(&router, request, &deadline).await
+                };
+                Ok::<_, Infallible>(response.map(|body| Timed::new(body, in_flight).boxed()))
+            }
+        })
+    };
+
+    let mut builder = auto::Builder::new(streams);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout)
+        // The read buffer bounds the head's memory: one that fills it unparsed gets hyper's
+        // 431. A read can take it past the limit, so the service checks the parsed head's
+        // size too. (The buffer also bounds the response bytes queued for writing.)
+        .max_buf_size(
+            config
+                .max_header_bytes
+                .saturating_add(HTTP1_HEAD_SLACK_BYTES)
+                .max(8192),
+        )
+        .max_headers(HTTP1_MAX_HEADERS);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(http2_max_streams(config.http2_max_streams))
+        .max_pending_accept_reset_streams(HTTP2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+        .max_local_error_reset_streams(HTTP2_MAX_LOCAL_ERROR_RESET_STREAMS)
+        .max_header_list_size(
+            u32::try_from(
+                config
+                    .max_header_bytes
+                    .saturating_add(HTTP2_HEADER_LIST_SLACK_BYTES),
+            )
+            .unwrap_or(u32::MAX),
+        )
+        .max_frame_size(HTTP2_MAX_FRAME_BYTES)
+        .initial_stream_window_size(HTTP2_RECEIVE_WINDOW_BYTES)
+        .initial_connection_window_size(HTTP2_RECEIVE_WINDOW_BYTES)
+        .max_send_buf_size(HTTP2_MAX_SEND_BUF_BYTES)
+        .keep_alive_interval(HTTP2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
+    let builder = match alpn.as_deref() {
+        Some(b"h2") => builder.http2_only(),
+        Some(_) => builder.http1_only(),
+        None if !config.http2 => builder.http1_only(),
+        None => builder,
+    };
+    let conn = builder.serve_connection(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    // Once asked to close (idle or shutdown), the connection finishes what is in flight: on
+    // shutdown within the server's drain timeout, when idle within `CLOSE_GRACE`.
+    let mut closing = false;
+    let mut close_by: Option<Instant> = None;
+    loop {
+        let too_late = async {
+            match close_by {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%remote, %error, "connection ended with an error");
+                }
+                return;
+            }
+            () = shutdown.cancelled(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            () = activity.idle_for(config.idle_timeout), if !closing => {
+                tracing::debug!(%remote, "closing an idle connection");
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+                close_by = Some(Instant::now() + CLOSE_GRACE);
+            }
+            () = activity.http1_cut() => {
+                tracing::debug!(%remote, "HTTP/1.1 response past the request timeout; resetting the connection");
+                abort.store(true, Ordering::SeqCst);
+                return;
+            }
+            () = too_late => {
+                tracing::debug!(%remote, in_flight = activity.in_flight(), "connection did not close in time; dropping it");
+                return;
+            }
+        }
+    }
+}
+
+/// The router's answer within the request's deadline, or k8s.io/apiserver's 504 when it has
+/// none by then; either way the deadline is armed to cut the response if it is still being
+/// written when its time is up.
+async fn answer(
+    router: &Router,
+    request: Request<Incoming>,
+    deadline: &Deadline,
+) -> Response<Body> {
+    let started = Instant::now();
+    let kind = RequestKind::of(request.method(), request.uri().path());
+    let head = request.method() == Method::HEAD;
+    match tokio::time::timeout_at(deadline.at(), router.handle(request)).await {
+        Ok(response) => {
+            deadline.arm(deadline.at());
+            response
+        }
+        Err(_) => {
+            deadline.arm(Instant::now() + TIMEOUT_ANSWER_GRACE);
+            router.timed_out(kind, head, started.elapsed())
+        }
+    }
+}
+
+/// The size of an HTTP/1.1 request head as it came (request line, header lines, the blank
+/// line), near enough: hyper keeps no count, and names and values are as parsed.
+fn http1_head_bytes<B>(request: &Request<B>) -> usize {
+    let uri = request.uri();
+    let target = uri.path_and_query().map_or(1, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |authority| {
+            authority.as_str().len() + uri.scheme_str().map_or(0, |scheme| scheme.len() + 3)
+        });
+    let line = request.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let fields: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + ": ".len() + value.len() + "\r\n".len())
+        .sum();
+    line + fields + "\r\n".len()
+}
+
+/// Go's answer to a request head over its limit (net/http's `errTooLarge`), after which the
+/// connection is closed.
+fn header_fields_too_large() -> Response<crate::Body> {
+    const TEXT: &str = "431 Request Header Fields Too Large";
+    let mut response = Response::new(crate::full(Bytes::from_static(TEXT.as_bytes())));
+    *response.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// The accepted socket. Once `abort` is set (a response cut at its deadline) it is closed
+/// abortively when dropped (`SO_LINGER` 0: an RST, unsent bytes discarded), so what the
+/// kernel still holds of the response is freed at once instead of trickling out to a reader
+/// that was too slow, and the client learns the response is incomplete.
+struct Socket {
+    stream: TcpStream,
+    abort: Arc<AtomicBool>,
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        if self.abort.load(Ordering::SeqCst)
+            && let Err(error) = self.stream.set_zero_linger()
+        {
+            tracing::debug!(%error, "setting SO_LINGER 0 on a cut connection");
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http1_head_is_counted_as_it_came() {
+        let wire = "GET /apis/metrics.k8s.io/v1beta1/pods?limit=5 HTTP/1.1\r\nhost: localhost\r\nx-remote-group: a\r\nx-remote-group: b\r\n\r\n";
+        let request = Request::get("/apis/metrics.k8s.io/v1beta1/pods?limit=5")
+            .header("host", "localhost")
+            .header("x-remote-group", "a")
+            .header("x-remote-group", "b")
+            .body(())
+            .unwrap();
+        assert_eq!(http1_head_bytes(&request), wire.len());
+        // The absolute form counts its scheme and authority.
+        let request = Request::get("https://localhost/livez").body(()).unwrap();
+        assert_eq!(
+            http1_head_bytes(&request),
+            "GET https://localhost/livez HTTP/1.1\r\n\r\n".len()
+        );
+    }
+
+    #[test]
+    fn the_431_closes_the_connection() {
+        let response = header_fields_too_large();
+        assert_eq!(
+            response.status(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        assert_eq!(response.headers()[header::CONNECTION], "close");
+    }
+}
