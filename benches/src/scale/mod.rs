@@ -311,6 +311,12 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         fleet_after.connections
     );
 
+    // What a working harness shows whatever the machine's speed: scrapes succeed and none
+    // fail on a cluster of healthy kubelets (so a smoke run fails when something broke).
+    if scrapes_ok == 0 || scrapes_failed > 0 {
+        bail!("scrapes in the window: {scrapes_ok} ok, {scrapes_failed} failed");
+    }
+
     // Cluster-wide lists.
     let mut lists = serde_json::Map::new();
     // `pods_gzip`: the pod list as kubectl and client-go ask for it (`Accept-Encoding: gzip`).
@@ -327,6 +333,10 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             let f = client.get_encoded(path, b"\"window\":", gzip).await?;
             if !f.status.is_success() {
                 bail!("GET {path}: {}", f.status);
+            }
+            let want = if path == pods_path { pods_total } else { n };
+            if f.marker_count != want {
+                bail!("GET {path}: {} items, not {want}", f.marker_count);
             }
             fetched.push(f);
         }
