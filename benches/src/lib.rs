@@ -5,9 +5,11 @@
 //! - [`fixture`]: reads a file of the repository's `testdata/kubelet/`.
 //! - [`Payload`]: a named kubelet body with its source, ready to parse.
 //! - [`scale`]: the scale harness (the server binary against a simulated cluster).
+//! - [`idle`]: held idle TLS connections against the server beside an HPA-shaped client.
 //! - [`synthetic`]: a synthetic cluster of parsed scrapes for the store benches.
 //! - [`ttd`]: the time-to-data harness (seconds from a server start to data and readiness).
 
+pub mod idle;
 pub mod scale;
 pub mod synthetic;
 pub mod ttd;

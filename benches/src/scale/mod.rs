@@ -282,8 +282,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let secs = window.as_secs_f64();
     let server_millicores = server_cpu / secs * 1000.0;
     let harness_millicores = harness_cpu / secs * 1000.0;
-    let machine_busy = (machine_after.0 - machine_before.0) as f64
-        / (machine_after.1 - machine_before.1).max(1) as f64;
+    let machine_busy = procfs::busy_share(machine_before, machine_after);
     let scrapes_ok = ok_after.saturating_sub(ok_before);
     let scrapes_failed = failed_after.saturating_sub(failed_before);
     let expected = n as f64 * secs / options.resolution.as_secs_f64();

@@ -104,6 +104,15 @@ pub fn machine_ticks() -> anyhow::Result<(u64, u64)> {
     Ok((total.saturating_sub(idle), total))
 }
 
+/// The machine's busy share of its CPUs between two [`machine_ticks`] readings.
+pub fn busy_share(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.1.saturating_sub(before.1);
+    if total == 0 {
+        return 0.0;
+    }
+    after.0.saturating_sub(before.0) as f64 / total as f64
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
