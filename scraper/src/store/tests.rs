@@ -1196,3 +1196,50 @@ fn concurrent_ingests_and_reads_stay_consistent() {
         }
     }
 }
+
+/// 1,000 periods of a 100-node cluster whose pods churn (a tenth of each node's pods replaced
+/// by new names every period, one node replaced every 10 periods): what the store holds stays
+/// what the cluster runs, never the sum of everything it has seen.
+#[test]
+fn a_thousand_periods_of_churn_hold_only_what_runs() {
+    const NODES: usize = 100;
+    const PODS: usize = 30;
+    let store = store(15);
+    let mut generation = vec![0usize; NODES];
+    let mut node_names: Vec<NodeName> = (0..NODES).map(|n| name(&format!("node-{n}"))).collect();
+    let mut most = (0, 0);
+    for period in 0..1_000i64 {
+        let ts = T0 + period * 15 * SECOND;
+        if period % 10 == 9 {
+            let gone = usize::try_from(period / 10).unwrap_or(0) % NODES;
+            store.remove_node(node_names[gone].as_str());
+            node_names[gone] = name(&format!("node-{gone}-{period}"));
+        }
+        for (n, node) in node_names.iter().enumerate() {
+            generation[n] += 1;
+            let containers = (0..PODS)
+                .map(|p| {
+                    // Pod p was replaced (a new name) when the generation passed it.
+                    let born = (generation[n] + PODS - p) / 10 * 10;
+                    let pod = format!("pod-{n}-{p}-{born}");
+                    let cpu = u64::try_from(period + 1).unwrap_or(0) * CORE_SECOND;
+                    container(&pod, "c", sample(ts, T0 - 60 * SECOND, cpu, 64 * MIB))
+                })
+                .collect();
+            let cpu = u64::try_from(period + 1).unwrap_or(0) * 4 * CORE_SECOND;
+            store.ingest(
+                node,
+                &scrape(Some(node_sample(ts, cpu, MIB)), containers),
+                ts,
+            );
+        }
+        let (nodes, pods) = store.entries();
+        most = (most.0.max(nodes), most.1.max(pods));
+        assert!(
+            nodes <= NODES && pods <= NODES * PODS,
+            "period {period}: {nodes} nodes, {pods} pods"
+        );
+    }
+    assert_eq!(most, (NODES, NODES * PODS));
+    assert!(store.points().containers > 0, "usage is served throughout");
+}
