@@ -406,14 +406,14 @@ impl Store {
         readiness
     }
 
-    /// Counts for `metrics_server_storage_points`: nodes and containers with usage as of
-    /// their node's last ingest (stale data counts until evicted).
     /// Entries held, servable or not: (nodes, pods). What the store's memory grows with.
     #[cfg(test)]
     pub(crate) fn entries(&self) -> (usize, usize) {
         (self.nodes.len(), self.pods.len())
     }
 
+    /// Counts for `metrics_server_storage_points`: nodes and containers with usage as of
+    /// their node's last ingest (stale data counts until evicted).
     pub fn points(&self) -> Points {
         self.nodes.iter().fold(Points::default(), |mut points, e| {
             points.nodes += u64::from(e.usage.is_some());
