@@ -2,7 +2,10 @@
 //! HTTPS, health endpoints and self-metrics, and the `run` function behind the binary.
 //!
 //! # Layout
-//! - [`config`]: flags with metrics-server's names, defaults and validation rules.
+//! - [`config`]: the typed [`Settings`](config::Settings) [`run()`] takes, one plain value per
+//!   part.
+//! - [`cli`]: the binary's flags, with metrics-server's names, defaults and validation rules,
+//!   and their translation into `Settings`; nothing else here depends on it.
 //! - [`serve`]: hyper + tokio-rustls, HTTP/1.1 and h2, certificate reload, the router.
 //! - [`auth`]: delegated authentication (front-proxy, client CA, TokenReview) and authorization
 //!   (SubjectAccessReview), with the ConfigMap watch.
@@ -20,6 +23,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod health;

@@ -7,6 +7,7 @@
 //! (`--kubelet-certificate-authority`, or the in-cluster CA file).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use base64::Engine as _;
 use scraper::kubelet::client::{self, Client};
@@ -15,12 +16,48 @@ use tls::CertificateDer;
 use tls::client::Verify;
 
 use super::{Read, Reloader, Reloads};
-use crate::config;
 
 const CA_FLAG: &str = "--kubelet-certificate-authority";
 const CA_TEXT_FLAG: &str = "--kubelet-certificate-authority-text";
 const CERT_FLAG: &str = "--kubelet-client-certificate";
 const KUBECONFIG: &str = "--kubeconfig";
+
+/// The kubelet client's own settings (the kubelet flags); the rest comes from the cluster's
+/// client configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `--kubelet-certificate-authority`: a CA bundle file, watched.
+    pub ca_file: Option<PathBuf>,
+    /// `--kubelet-certificate-authority-text`: a CA bundle.
+    pub ca_text: Option<String>,
+    /// `--kubelet-client-certificate` and `--kubelet-client-key`, watched.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// `--kubelet-insecure-tls`: kubelet serving certificates are not verified.
+    pub insecure_tls: bool,
+    /// `--deprecated-kubelet-completely-insecure`: plain HTTP, no credentials.
+    pub plain_http: bool,
+    /// `--kubelet-max-body-bytes`.
+    pub max_body_bytes: usize,
+    /// `--kubelet-max-bodies-bytes`.
+    pub max_bodies_bytes: usize,
+    /// `--kubelet-keep-alive`.
+    pub keep_alive: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ca_file: None,
+            ca_text: None,
+            client_cert: None,
+            insecure_tls: false,
+            plain_http: false,
+            max_body_bytes: 64 << 20,
+            max_bodies_bytes: 256 << 20,
+            keep_alive: true,
+        }
+    }
+}
 
 /// A kubelet credential named by a flag or the kubeconfig cannot be used (exit code 64).
 #[derive(Debug, thiserror::Error)]
@@ -158,21 +195,23 @@ fn load<T>(
     Ok((value, read))
 }
 
-/// The kubelet client settings from the kubelet flags and the cluster's client configuration.
+/// The kubelet client settings from the kubelet flags, the per-request `timeout`
+/// (`--kubelet-request-timeout`) and the cluster's client configuration.
 pub fn settings(
-    flags: &config::Kubelet,
+    flags: &Config,
+    timeout: Duration,
     kube: Option<&kube::Config>,
 ) -> Result<Settings, FlagError> {
-    let plain_http = flags.deprecated_kubelet_completely_insecure;
+    let plain_http = flags.plain_http;
     let mut files = Files::default();
 
-    let verify = if flags.kubelet_insecure_tls || plain_http {
+    let verify = if flags.insecure_tls || plain_http {
         Verify::Insecure
-    } else if let Some(path) = &flags.kubelet_certificate_authority {
+    } else if let Some(path) = &flags.ca_file {
         let (roots, read) = load(CA_FLAG, vec![path.clone()], roots)?;
         files.ca = Some(read);
         Verify::Roots(roots)
-    } else if let Some(text) = &flags.kubelet_certificate_authority_text {
+    } else if let Some(text) = &flags.ca_text {
         Verify::Roots(
             tls::pem::certs_from_slice(text.as_bytes(), CA_TEXT_FLAG)
                 .map_err(flag_error(CA_TEXT_FLAG))?,
@@ -193,9 +232,7 @@ pub fn settings(
 
     let identity = if plain_http {
         None
-    } else if let (Some(cert), Some(key)) =
-        (&flags.kubelet_client_certificate, &flags.kubelet_client_key)
-    {
+    } else if let Some((cert, key)) = &flags.client_cert {
         let (identity, read) = load(CERT_FLAG, vec![cert.clone(), key.clone()], identity)?;
         files.identity = Some(read);
         Some(identity)
@@ -217,11 +254,10 @@ pub fn settings(
             identity,
             bearer_token,
             plain_http,
-            timeout: flags.kubelet_request_timeout.0,
-            max_body_bytes: usize::try_from(flags.kubelet_max_body_bytes.0).unwrap_or(usize::MAX),
-            max_bodies_bytes: usize::try_from(flags.kubelet_max_bodies_bytes.0)
-                .unwrap_or(usize::MAX),
-            keep_alive: flags.kubelet_keep_alive,
+            timeout,
+            max_body_bytes: flags.max_body_bytes,
+            max_bodies_bytes: flags.max_bodies_bytes,
+            keep_alive: flags.keep_alive,
         },
         files,
     })

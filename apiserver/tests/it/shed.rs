@@ -489,9 +489,9 @@ async fn a_cold_store_rejects_cluster_wide_lists_and_serves_the_rest() {
 }
 
 #[tokio::test]
-async fn run_wires_admission_from_the_flags() {
+async fn run_wires_admission_from_the_settings() {
     // No kubelets: the store stays cold for the whole test.
-    let server = start(&["--max-requests-inflight=10"]).await;
+    let server = start(|s| s.shed.max_in_flight = 10).await;
     let client = Client::insecure();
     let r = client.get(server.addr, &format!("{V1}/pods")).await;
     let first = assert_429(&r, shed::INITIALIZING);
@@ -517,8 +517,8 @@ async fn run_wires_admission_from_the_flags() {
     assert_eq!(assert_429(&r, shed::INITIALIZING), 2);
     server.shutdown.cancel();
 
-    // --cold-store-window=0s turns the rule off.
-    let server = start(&["--cold-store-window=0s"]).await;
+    // A zero cold-store window turns the rule off.
+    let server = start(|s| s.shed.cold_store_window = Duration::ZERO).await;
     let r = client.get(server.addr, &format!("{V1}/pods")).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     server.shutdown.cancel();
@@ -526,14 +526,14 @@ async fn run_wires_admission_from_the_flags() {
 
 #[test]
 fn shedding_flags_parse_and_validate() {
-    use apiserver::config::Config;
+    use apiserver::cli::Flags;
     use clap::Parser;
     let parse = |args: &[&str]| {
         let mut argv = vec!["metrics-server"];
         argv.extend_from_slice(args);
-        Config::try_parse_from(argv).unwrap()
+        Flags::try_parse_from(argv).unwrap()
     };
-    let defaults = parse(&[]).shed();
+    let defaults = parse(&[]).settings().unwrap().shed;
     assert_eq!(defaults.max_in_flight, 400);
     assert_eq!(defaults.limits().map(|l| l.seats), [100, 300]);
     assert_eq!(defaults.queue_wait, Duration::from_secs(3));
@@ -549,7 +549,7 @@ fn shedding_flags_parse_and_validate() {
         "--request-queue-wait=500ms",
         "--request-queue-length-per-user=0",
     ]);
-    let s = c.shed();
+    let s = c.settings().unwrap().shed;
     assert_eq!(s.limits().map(|l| l.seats), [200, 200]);
     assert_eq!(s.queue_wait, Duration::from_millis(500));
     assert_eq!(s.queue_length_per_user, 0);
