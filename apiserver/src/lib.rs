@@ -17,6 +17,10 @@
 //! - [`shed`]: load shedding (exempt paths and users, per-class seats, per-user fair queues,
 //!   cold-store 429s), between authentication and authorization.
 //! - [`status`]: the Kubernetes `Status` body of every error response.
+//! - [`kubeconfig`]: client configurations for the Kubernetes API (a kubeconfig file or
+//!   in-cluster), and which one each delegated review uses.
+//! - [`stack`]: the router with its filter chain, and the HTTPS server over it, assembled
+//!   one way for the binary, the tests and the load benchmark.
 //! - [`run`](mod@run): wiring every part together; [`run()`] is what the binary calls.
 
 #![warn(missing_docs)]
@@ -27,10 +31,12 @@ pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod health;
+pub mod kubeconfig;
 pub mod run;
 pub mod selfmetrics;
 pub mod serve;
 pub mod shed;
+pub mod stack;
 pub mod status;
 
 pub use run::run;

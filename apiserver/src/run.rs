@@ -17,14 +17,11 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::Api;
 use crate::auth::{self, Authenticator, Authorizer};
-use crate::config::{ServingCert, Settings};
+use crate::config::Settings;
 use crate::credentials::{self, Reloads};
-use crate::health::{self, Health};
-use crate::selfmetrics::{self, Requests};
-use crate::serve::{self, Filter, Router, Server, access, cert};
-use crate::shed::Admission;
+use crate::serve::{self, Filter, access};
+use crate::{health, kubeconfig, stack};
 
 /// Why the server could not start or stopped on its own.
 #[derive(Debug, thiserror::Error)]
@@ -178,13 +175,16 @@ pub async fn run_with(
     setup: Setup,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let node_selector = settings.scrape.node_selector.clone();
     let started_ns = serve::router::unix_now_ns();
 
     // The cluster: a Kubernetes client and the inventory it feeds, or a static inventory.
     let (kube_config, inventory, inventory_is_static) = match setup.cluster {
         Cluster::FromSettings => (
-            Some(kube_config(settings.kubeconfig.as_deref()).await?),
+            Some(
+                kubeconfig::load(settings.kubeconfig.as_deref())
+                    .await
+                    .map_err(Error::KubeConfig)?,
+            ),
             Arc::new(Inventory::new()),
             false,
         ),
@@ -210,44 +210,11 @@ pub async fn run_with(
         .files
         .reloaders(&kubelet_client, &setup.reloads);
 
-    // Shared state and metrics.
+    // Shared state, the router and the server.
     let mut registry = Registry::default();
     let store = Arc::new(Store::new(settings.store));
     let progress = Arc::new(Progress::default());
     let metrics = Arc::new(Metrics::new(&mut registry, settings.resolution()));
-    let api = Arc::new(Api::new(
-        inventory.clone(),
-        store.clone(),
-        node_selector.clone(),
-        &mut registry,
-    ));
-    let requests = Requests::new(&mut registry);
-    let admission = Arc::new(Admission::new(
-        settings.shed,
-        store.clone(),
-        progress.clone(),
-        &mut registry,
-    ));
-    let cold_store = Arc::new(admission.cold_store());
-    selfmetrics::register_process_metrics(&mut registry);
-    let registry = Arc::new(registry);
-
-    let health = Arc::new(Health::new(
-        health::Config {
-            resolution: settings.resolution(),
-            readiness_timeout: settings.readiness_timeout,
-            started_ns,
-        },
-        Arc::new(health::Sources {
-            inventory: inventory.clone(),
-            store: store.clone(),
-            progress: progress.clone(),
-            inventory_is_static,
-        }),
-    ));
-    // The filter chain, in k8s.io/apiserver's order: authentication, then load shedding (so
-    // it can tell users apart, and a shed request costs no SubjectAccessReview), then
-    // authorization.
     let delegation = match setup.auth {
         Auth::DisabledForTesting => {
             tracing::warn!("authentication and authorization are disabled (tests only)");
@@ -255,47 +222,48 @@ pub async fn run_with(
         }
         auth => Some(delegation(&settings, auth, kube_config.as_ref()).await?),
     };
+    let mut authentication: Vec<Arc<dyn Filter>> = Vec::new();
+    let mut authorization: Vec<Arc<dyn Filter>> = Vec::new();
     if let Some(d) = &delegation {
         reloaders.extend(d.authenticator.ca_file_reloaders(&setup.reloads));
-    }
-    let mut filters: Vec<Arc<dyn Filter>> = Vec::new();
-    if let Some(d) = &delegation {
-        filters.push(Arc::new(access::Authentication::new(
+        authentication.push(Arc::new(access::Authentication::new(
             d.authenticator.clone(),
         )));
+        authorization.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
     }
-    // Load shedding (admission by user and request class) plugs in here, with `setup.filters`.
-    filters.extend(setup.filters);
-    filters.push(admission);
-    if let Some(d) = &delegation {
-        filters.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
-    }
-    // The cold-store 429 comes from the storage layer upstream: after authorization.
-    filters.push(cold_store);
-    let router = Arc::new(filters.into_iter().fold(
-        Router::new(health.clone(), api, registry, requests),
-        Router::with_filter,
-    ));
-
-    // The serving certificate.
-    let certs = match &settings.listen.cert {
-        ServingCert::Files { cert, key } => {
-            let (certs, reloader) =
-                cert::reloaded(cert, key, &setup.reloads).map_err(serve::Error::from)?;
-            reloaders.push(reloader);
-            certs
-        }
-        ServingCert::SelfSigned { dir, sans } => {
-            let key = cert::self_signed_in(dir, sans).map_err(serve::Error::from)?;
-            Arc::new(cert::Certs::new(key))
-        }
-    };
-
-    let listener = match setup.listener {
-        Some(listener) => listener,
-        None => serve::bind(settings.listen.address).await?,
-    };
-    let server = Server::new(listener, certs, router, settings.serving.clone())?;
+    // `setup.filters` see the user, and run before admission.
+    authentication.extend(setup.filters);
+    let stack = stack::build_router(
+        stack::Parts {
+            sources: health::Sources {
+                inventory: inventory.clone(),
+                store: store.clone(),
+                progress: progress.clone(),
+                inventory_is_static,
+            },
+            node_selector: settings.scrape.node_selector.clone(),
+            health: health::Config {
+                resolution: settings.resolution(),
+                readiness_timeout: settings.readiness_timeout,
+                started_ns,
+            },
+            shed: Some(settings.shed),
+            authentication,
+            authorization,
+            clock: None,
+        },
+        registry,
+    );
+    let health = stack.health;
+    let (server, reloader) = stack::serve(
+        &settings.listen,
+        setup.listener,
+        stack.router,
+        settings.serving.clone(),
+        &setup.reloads,
+    )
+    .await?;
+    reloaders.extend(reloader);
     let addr = server.local_addr().ok();
     tracing::info!(
         address = ?addr,
@@ -385,28 +353,6 @@ pub async fn run_with(
     }
 }
 
-/// `--kubeconfig`, or the in-cluster configuration (metrics-server `restConfig`).
-async fn kube_config(path: Option<&Path>) -> Result<kube::Config, Error> {
-    load_kube_config(path).await.map_err(Error::KubeConfig)
-}
-
-/// A kubeconfig file, or the in-cluster configuration when there is none.
-async fn load_kube_config(path: Option<&Path>) -> Result<kube::Config, String> {
-    match path {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))
-        }
-        None => kube::Config::incluster().map_err(|e| e.to_string()),
-    }
-}
-
 /// The delegated authenticator and authorizer.
 struct Delegation {
     authenticator: Arc<Authenticator>,
@@ -453,22 +399,21 @@ async fn delegation(
     })
 }
 
-/// The client configuration for delegated `what`: the [`Auth::Kube`] one, else the flag's
-/// kubeconfig, else the cluster's, else `--kubeconfig` or in-cluster.
+/// The client configuration for delegated `what` ([`kubeconfig::delegated`]).
 async fn delegated_kube_config(
     what: &'static str,
     auth: &Auth,
-    flag: Option<&Path>,
+    own: Option<&Path>,
     cluster: Option<&kube::Config>,
-    main_kubeconfig: Option<&Path>,
+    main: Option<&Path>,
 ) -> Result<kube::Config, Error> {
-    let loaded = match (auth, flag, cluster) {
-        (Auth::Kube(c), _, _) => Ok((**c).clone()),
-        (_, Some(path), _) => load_kube_config(Some(path)).await,
-        (_, None, Some(c)) => Ok(c.clone()),
-        (_, None, None) => load_kube_config(main_kubeconfig).await,
+    let given = match auth {
+        Auth::Kube(c) => Some(&**c),
+        _ => None,
     };
-    loaded.map_err(|message| Error::DelegatedKubeConfig { what, message })
+    kubeconfig::delegated(given, own, cluster, main)
+        .await
+        .map_err(|message| Error::DelegatedKubeConfig { what, message })
 }
 
 #[cfg(test)]
@@ -477,50 +422,18 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn delegated_kubeconfigs_default_to_the_cluster_and_setup_wins() {
+    async fn an_unusable_delegated_kubeconfig_is_a_configuration_error() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("authn.kubeconfig");
-        std::fs::write(
-            &file,
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.9:6443\n\
-             users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
-             current-context: c\n",
-        )
-        .unwrap();
-        let cluster = kube::Config::new("https://10.0.0.1:6443".parse().unwrap());
-        let setup = kube::Config::new("https://10.0.0.2:6443".parse().unwrap());
-        let host = |c: kube::Config| c.cluster_url.to_string();
-        let pick = |auth: Auth, flag: Option<&Path>, cluster: Option<&kube::Config>| {
-            let auth = auth.clone();
-            let flag = flag.map(Path::to_path_buf);
-            let cluster = cluster.cloned();
-            async move {
-                delegated_kube_config(
-                    "authentication",
-                    &auth,
-                    flag.as_deref(),
-                    cluster.as_ref(),
-                    None,
-                )
-                .await
-            }
-        };
-        let from_cluster = pick(Auth::FromSettings, None, Some(&cluster))
-            .await
-            .unwrap();
-        assert_eq!(host(from_cluster), "https://10.0.0.1:6443/");
-        let from_flag = pick(Auth::FromSettings, Some(&file), Some(&cluster))
-            .await
-            .unwrap();
-        assert_eq!(host(from_flag), "https://10.0.0.9:6443/");
-        let from_setup = pick(Auth::Kube(Box::new(setup)), Some(&file), Some(&cluster))
-            .await
-            .unwrap();
-        assert_eq!(host(from_setup), "https://10.0.0.2:6443/");
         let missing = dir.path().join("absent");
-        let err = pick(Auth::FromSettings, Some(&missing), Some(&cluster))
-            .await
-            .unwrap_err();
+        let err = delegated_kube_config(
+            "authentication",
+            &Auth::FromSettings,
+            Some(&missing),
+            None,
+            None,
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.exit_code(), 64);
         assert!(
             err.to_string()

@@ -13,21 +13,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver::api::Api;
 use apiserver::auth::UserInfo;
-use apiserver::health::{self, Health};
-use apiserver::selfmetrics::{self, Requests};
-use apiserver::serve::{self, Filter, Router, Server, Verdict, cert};
+use apiserver::config::Listen;
+use apiserver::credentials::Reloads;
+use apiserver::serve::{self, Filter, Verdict};
 use apiserver::shed::class::Class;
 use apiserver::shed::{self, Admission};
+use apiserver::stack;
 use futures::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
 use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
-use scraper::scrape::Progress;
-use scraper::selector::LabelSelector;
 use scraper::store::Store;
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -88,7 +86,7 @@ impl Filter for Slow {
     }
 }
 
-/// A server assembled as `run` assembles it, with the test's store and filters.
+/// A server assembled as `run` assembles it ([`stack`]), with the test's store and filters.
 struct Stack {
     addr: SocketAddr,
     store: Arc<Store>,
@@ -112,47 +110,24 @@ impl Stack {
         let store = Arc::new(Store::new(scraper::store::Config::new(
             Duration::from_secs(15),
         )));
-        let mut registry = Registry::default();
-        let api = Arc::new(Api::new(
-            inventory.clone(),
-            store.clone(),
-            LabelSelector::default(),
-            &mut registry,
-        ));
-        let requests = Requests::new(&mut registry);
-        let admission = Arc::new(Admission::new(
-            config,
-            store.clone(),
-            Arc::new(Progress::completed()),
-            &mut registry,
-        ));
-        selfmetrics::register_process_metrics(&mut registry);
-        let health = Arc::new(Health::new(
-            health::Config {
-                resolution: Duration::from_secs(15),
-                readiness_timeout: None,
-                started_ns: serve::router::unix_now_ns(),
+        let stack = stack::build_router(
+            stack::Parts {
+                shed: Some(config),
+                authentication: vec![Arc::new(Identify)],
+                authorization: vec![Arc::new(Slow)],
+                ..stack::Parts::filled(inventory, store.clone(), Duration::from_secs(15))
             },
-            Arc::new(health::Sources {
-                inventory,
-                store: store.clone(),
-                progress: Arc::new(Progress::completed()),
-                inventory_is_static: true,
-            }),
-        ));
-        let router = Router::new(health, api, Arc::new(registry), requests)
-            .with_filter(Arc::new(Identify))
-            .with_filter(admission.clone())
-            .with_filter(Arc::new(Slow))
-            .with_filter(Arc::new(admission.cold_store()));
-        let key = cert::self_signed_in(tmp.path(), &["localhost".to_owned()]).unwrap();
-        let listener = serve::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let server = Server::new(
-            listener,
-            Arc::new(cert::Certs::new(key)),
-            Arc::new(router),
+            Registry::default(),
+        );
+        let admission = stack.admission.unwrap();
+        let (server, _) = stack::serve(
+            &Listen::local(tmp.path()),
+            None,
+            stack.router,
             serve::Config::default(),
+            &Reloads::default(),
         )
+        .await
         .unwrap();
         let addr = server.local_addr().unwrap();
         let shutdown = CancellationToken::new();
