@@ -17,6 +17,7 @@
 //! - [`shed`]: load shedding (exempt paths and users, per-class seats, per-user fair queues,
 //!   cold-store 429s), between authentication and authorization.
 //! - [`status`]: the Kubernetes `Status` body of every error response.
+//! - [`body`]: the one response body type, buffered or streamed.
 //! - [`kubeconfig`]: client configurations for the Kubernetes API (a kubeconfig file or
 //!   in-cluster), and which one each delegated review uses.
 //! - [`stack`]: the router with its filter chain, and the HTTPS server over it, assembled
@@ -27,6 +28,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod body;
 pub mod cli;
 pub mod config;
 pub mod credentials;
@@ -45,16 +47,3 @@ pub use run::run;
 // the unit tests and the integration tests.
 #[cfg(test)]
 extern crate self as apiserver;
-
-use std::convert::Infallible;
-
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-
-/// Every response body: buffered or streamed.
-pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-/// A buffered body.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed()
-}

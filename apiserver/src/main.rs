@@ -1,5 +1,5 @@
 //! The `metrics-server` binary: parse flags ([`apiserver::cli`]) into settings, install the
-//! crypto provider, set up logging, call [`apiserver::run`] and turn its result into an exit
+//! crypto provider, set up logging, call [`apiserver::run()`] and turn its result into an exit
 //! code (64 for bad configuration).
 
 use std::process::ExitCode;

@@ -1,10 +1,10 @@
 //! The serving stack, assembled one way for the binary ([`run`](crate::run())), the tests and
 //! the load benchmark: [`build_router`] puts the API, health and self-metrics behind the
-//! filter chain, and [`serve`] puts the HTTPS server in front of it.
+//! filter chain, and [`serve()`] puts the HTTPS server in front of it.
 //!
 //! The chain, in k8s.io/apiserver's order:
 //! 1. authentication (the user goes into the request's extensions);
-//! 2. admission ([`shed`](crate::shed): it needs the user, and a shed request costs no
+//! 2. admission ([`crate::shed`]: it needs the user, and a shed request costs no
 //!    SubjectAccessReview);
 //! 3. authorization;
 //! 4. the cold-store check (the storage layer's place: an unauthorized caller still gets its

@@ -17,8 +17,8 @@ use prometheus_client::registry::Registry;
 use rustls_pki_types::CertificateDer;
 
 use super::{gzip, httplog};
-use crate::Body;
 use crate::api::Api;
+use crate::body::Body;
 use crate::health::Health;
 use crate::selfmetrics::{self, RequestKind, Requests};
 use crate::status::Status;
@@ -206,7 +206,7 @@ fn without_body(response: Response<Body>) -> Response<Body> {
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(len));
     }
-    Response::from_parts(parts, crate::full(Bytes::new()))
+    Response::from_parts(parts, crate::body::full(Bytes::new()))
 }
 
 /// A body that keeps the filters' guards alive until it is finished or dropped.
@@ -351,7 +351,7 @@ mod tests {
     impl Filter for Large {
         fn filter<'a>(&'a self, _parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
             let body = "0123456789abcdef".repeat(self.0 / 16);
-            Box::pin(async move { Verdict::Reject(Response::new(crate::full(body))) })
+            Box::pin(async move { Verdict::Reject(Response::new(crate::body::full(body))) })
         }
     }
 

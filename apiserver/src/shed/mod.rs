@@ -180,7 +180,7 @@ impl Admission {
         &self,
         shape: Shape,
         flow: &str,
-    ) -> Result<Option<Guard>, http::Response<crate::Body>> {
+    ) -> Result<Option<Guard>, http::Response<crate::body::Body>> {
         let Some(level) = self.level(shape.class) else {
             self.exempt.inc_executing();
             return Ok(Some(Box::new(ExemptSeat(self.exempt.clone()))));
@@ -203,7 +203,7 @@ impl Admission {
         shape: Shape,
         flow: &str,
         rejection: Rejection,
-    ) -> http::Response<crate::Body> {
+    ) -> http::Response<crate::body::Body> {
         let mut seconds = self.tracker(shape.class).drop_one(Instant::now());
         if shape.hpa_shaped {
             seconds = seconds.min(HPA_MAX_RETRY_AFTER_SECONDS);
@@ -244,7 +244,7 @@ impl std::fmt::Debug for ColdStore {
 
 impl ColdStore {
     /// The 429 for a cluster-wide LIST while the store is cold; `None` lets it pass.
-    pub fn reject(&self, shape: Shape, flow: &str) -> Option<http::Response<crate::Body>> {
+    pub fn reject(&self, shape: Shape, flow: &str) -> Option<http::Response<crate::body::Body>> {
         if !shape.cluster_wide_list {
             return None;
         }

@@ -99,7 +99,7 @@ impl Filter for ShowPeer {
                 }
                 None => "none".to_owned(),
             };
-            Verdict::Reject(http::Response::new(apiserver::full(who)))
+            Verdict::Reject(http::Response::new(apiserver::body::full(who)))
         })
     }
 }

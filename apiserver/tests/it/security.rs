@@ -360,7 +360,7 @@ impl Filter for Echo {
             Verdict::Reject(
                 http::Response::builder()
                     .status(StatusCode::IM_A_TEAPOT)
-                    .body(apiserver::full(body.to_string()))
+                    .body(apiserver::body::full(body.to_string()))
                     .unwrap(),
             )
         })

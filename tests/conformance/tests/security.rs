@@ -798,7 +798,7 @@ impl Filter for ProbeStandIn {
             Verdict::Reject(
                 http::Response::builder()
                     .header(http::header::CONTENT_TYPE, "application/json")
-                    .body(apiserver::full(list.to_string()))
+                    .body(apiserver::body::full(list.to_string()))
                     .unwrap(),
             )
         })
