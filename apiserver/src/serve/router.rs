@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -15,6 +15,7 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use prometheus_client::registry::Registry;
 use rustls_pki_types::CertificateDer;
+use tokio::time::Instant;
 
 use super::{gzip, httplog};
 use crate::api::Api;
@@ -82,11 +83,7 @@ impl std::fmt::Debug for Router {
 }
 
 /// The wall clock in Unix nanoseconds: the response time handed to health and the API.
-pub fn unix_now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
+pub use scraper::clock::unix_now_ns;
 
 impl Router {
     /// A router with no filters (everything is allowed) and the wall clock.
