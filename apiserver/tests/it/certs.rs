@@ -108,9 +108,15 @@ async fn serving_certificate_files_are_reloaded_without_restart() {
             .contains(&"second.test".to_owned())
     );
 
-    // A broken replacement keeps the last good certificate.
+    // A broken replacement is refused, and the last good certificate stays.
+    let before = server.reloads.counts();
     std::fs::write(&cert_file, "-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        server.reloads.wait_for(|c| c.rejected > before.rejected),
+    )
+    .await
+    .expect("the reloader looked at the broken file");
     assert_eq!(
         served_leaf(&client, server.addr).await.unwrap(),
         second.identity.chain[0].to_vec()

@@ -80,9 +80,18 @@ async fn readyz_fails_without_data_then_passes_after_the_startup_timeout() {
 
 #[tokio::test]
 async fn readyz_never_passes_without_data_when_the_timeout_is_off() {
-    let server = start(|s| s.readiness_timeout = None).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let r = Client::insecure().get(server.addr, "/readyz").await;
+    let off = start(|s| s.readiness_timeout = None).await;
+    // A server started after it with a 1 ms timeout: once that one passes, the timeout
+    // would have passed for `off` too (the clock is covered in `health`'s unit tests).
+    let on = start(|s| s.readiness_timeout = Some(Duration::from_millis(1))).await;
+    eventually(Duration::from_secs(10), || async {
+        let r = Client::insecure().get(on.addr, "/readyz").await;
+        (r.status == StatusCode::OK).then_some(())
+    })
+    .await
+    .expect("the server with a timeout passes");
+    let r = Client::insecure().get(off.addr, "/readyz").await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    server.shutdown.cancel();
+    off.shutdown.cancel();
+    on.shutdown.cancel();
 }

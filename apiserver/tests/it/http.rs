@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use http::request::Parts;
 use http::{StatusCode, Version};
 
-use crate::support::{Client, start, start_with};
+use crate::support::{Client, eventually, start, start_with};
 
 #[tokio::test]
 async fn alpn_picks_http1_or_h2() {
@@ -149,9 +149,13 @@ async fn shutdown_fails_readyz_during_the_delay_then_stops_serving() {
         .unwrap();
 
     server.shutdown.cancel();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let during = Client::insecure().get(server.addr, "/readyz").await;
-    assert_eq!(during.status, StatusCode::INTERNAL_SERVER_ERROR);
+    // Shutdown has begun once /readyz fails.
+    let during = eventually(Duration::from_secs(5), || async {
+        let r = Client::insecure().get(server.addr, "/readyz").await;
+        (r.status == StatusCode::INTERNAL_SERVER_ERROR).then_some(r)
+    })
+    .await
+    .expect("/readyz fails once shutdown has begun");
     assert!(
         during
             .body
