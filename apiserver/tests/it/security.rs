@@ -1,7 +1,7 @@
 //! Delegated authentication and authorization wired from the settings, over real HTTPS, with no
 //! Kubernetes API reachable: what can be decided without a review (front-proxy and client-CA
 //! certificates, `system:masters`, the always-allowed paths) and what happens when a review is
-//! needed but fails. The reviews themselves are in `tests/conformance/tests/security.rs`.
+//! needed but fails. The reviews themselves are in `tests/conformance/tests/it/security.rs`.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -6,10 +6,6 @@
 //! The kubelet side (an untrusted kubelet certificate fails that node unless
 //! `--kubelet-insecure-tls`; the bearer token never goes over plain HTTP) is in `scrape.rs`.
 
-#![allow(clippy::unwrap_used)]
-// A harness, not the product: it may read std's clocks (clippy.toml disallows them).
-#![allow(clippy::disallowed_methods)]
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,10 +1,6 @@
 //! The kubelet client and the scrape loop against simulated kubelets over real HTTPS on
 //! 127.0.0.1, serving the real fixture payloads.
 
-#![allow(clippy::unwrap_used)]
-// A harness, not the product: it may read std's clocks (clippy.toml disallows them).
-#![allow(clippy::disallowed_methods)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

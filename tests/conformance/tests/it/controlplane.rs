@@ -1,8 +1,6 @@
 //! The simulated control plane alone: a fake metrics backend (HTTPS, echoing what it received)
 //! behind the aggregator, and the real kubectl (v1.32 and v1.37) against it.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

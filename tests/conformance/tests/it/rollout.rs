@@ -6,10 +6,6 @@
 //! a replica that reports ready before it has scraped every node would drop pods and nodes
 //! from the answers routed to it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-// A harness, not the product: it may read std's clocks (clippy.toml disallows them).
-#![allow(clippy::disallowed_methods)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,8 +11,6 @@
 //! last test runs the whole server against the simulated control plane with an in-cluster
 //! style token file.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
