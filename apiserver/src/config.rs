@@ -44,8 +44,13 @@ pub struct Settings {
     pub scrape: scraper::scrape::Config,
     /// The store.
     pub store: scraper::store::Config,
-    /// The kubelet client's own credentials and limits.
+    /// Where the kubelet client's verification and credentials come from, before the
+    /// cluster's.
     pub kubelet: KubeletConfig,
+    /// The kubelet client's transport: plain HTTP or not, body limits, keep-alive, and its
+    /// `timeout` (`--kubelet-request-timeout`, as `scrape.request_timeout`); verification and
+    /// credentials are filled in from `kubelet` and the cluster.
+    pub kubelet_client: scraper::kubelet::client::Config,
     /// After this long since start, `/readyz` passes without data; `None`: never.
     pub readiness_timeout: Option<Duration>,
     /// Load shedding.
@@ -88,6 +93,7 @@ impl Settings {
             },
             store: scraper::store::Config::new(resolution),
             kubelet: KubeletConfig::default(),
+            kubelet_client: scraper::kubelet::client::Config::default(),
             readiness_timeout: Some(resolution * 2),
             shed: Shed {
                 cold_store_window: cold_store_window(resolution),

@@ -197,7 +197,7 @@ pub async fn run_with(
     };
     let kubelet_settings = credentials::kubelet::settings(
         &settings.kubelet,
-        settings.scrape.request_timeout,
+        settings.kubelet_client.clone(),
         kube_config.as_ref(),
     )
     .map_err(|e| Error::Credentials {

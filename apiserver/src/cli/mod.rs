@@ -264,10 +264,14 @@ impl Flags {
                     .clone()
                     .zip(k.kubelet_client_key.clone()),
                 insecure_tls: k.kubelet_insecure_tls,
+            },
+            kubelet_client: scraper::kubelet::client::Config {
                 plain_http: k.deprecated_kubelet_completely_insecure,
+                timeout: k.kubelet_request_timeout.0,
                 max_body_bytes: bytes(k.kubelet_max_body_bytes),
                 max_bodies_bytes: bytes(k.kubelet_max_bodies_bytes),
                 keep_alive: k.kubelet_keep_alive,
+                ..scraper::kubelet::client::Config::default()
             },
             readiness_timeout: self.readiness_timeout(),
             shed: crate::config::Shed {

@@ -7,7 +7,6 @@
 //! (`--kubelet-certificate-authority`, or the in-cluster CA file).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use base64::Engine as _;
 use scraper::kubelet::client::{self, Client};
@@ -22,9 +21,10 @@ const CA_TEXT_FLAG: &str = "--kubelet-certificate-authority-text";
 const CERT_FLAG: &str = "--kubelet-client-certificate";
 const KUBECONFIG: &str = "--kubeconfig";
 
-/// The kubelet client's own settings (the kubelet flags); the rest comes from the cluster's
-/// client configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where the kubelet client's verification and credentials come from (the kubelet flags),
+/// before the cluster's client configuration; its transport settings are a
+/// [`client::Config`] of their own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
     /// `--kubelet-certificate-authority`: a CA bundle file, watched.
     pub ca_file: Option<PathBuf>,
@@ -34,29 +34,6 @@ pub struct Config {
     pub client_cert: Option<(PathBuf, PathBuf)>,
     /// `--kubelet-insecure-tls`: kubelet serving certificates are not verified.
     pub insecure_tls: bool,
-    /// `--deprecated-kubelet-completely-insecure`: plain HTTP, no credentials.
-    pub plain_http: bool,
-    /// `--kubelet-max-body-bytes`.
-    pub max_body_bytes: usize,
-    /// `--kubelet-max-bodies-bytes`.
-    pub max_bodies_bytes: usize,
-    /// `--kubelet-keep-alive`.
-    pub keep_alive: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            ca_file: None,
-            ca_text: None,
-            client_cert: None,
-            insecure_tls: false,
-            plain_http: false,
-            max_body_bytes: 64 << 20,
-            max_bodies_bytes: 256 << 20,
-            keep_alive: true,
-        }
-    }
 }
 
 /// A kubelet credential named by a flag or the kubeconfig cannot be used (exit code 64).
@@ -195,14 +172,15 @@ fn load<T>(
     Ok((value, read))
 }
 
-/// The kubelet client settings from the kubelet flags, the per-request `timeout`
-/// (`--kubelet-request-timeout`) and the cluster's client configuration.
+/// The kubelet client settings: `client`'s transport settings, with the verification and
+/// credentials the kubelet flags and the cluster's client configuration give (none over
+/// `client.plain_http`).
 pub fn settings(
     flags: &Config,
-    timeout: Duration,
+    client: client::Config,
     kube: Option<&kube::Config>,
 ) -> Result<Settings, FlagError> {
-    let plain_http = flags.plain_http;
+    let plain_http = client.plain_http;
     let mut files = Files::default();
 
     let verify = if flags.insecure_tls || plain_http {
@@ -253,11 +231,7 @@ pub fn settings(
             verify,
             identity,
             bearer_token,
-            plain_http,
-            timeout,
-            max_body_bytes: flags.max_body_bytes,
-            max_bodies_bytes: flags.max_bodies_bytes,
-            keep_alive: flags.keep_alive,
+            ..client
         },
         files,
     })

@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apiserver::auth::UserInfo;
-use apiserver::config::Listen;
-use apiserver::credentials::Reloads;
 use apiserver::serve::{self, Connections, Filter, Verdict};
 use apiserver::shed::class::Class;
 use apiserver::shed::{self, Admission};
@@ -131,15 +129,7 @@ impl Stack {
             Registry::default(),
         );
         let admission = stack.admission.unwrap();
-        let (server, _) = stack::serve(
-            &Listen::local(tmp.path()),
-            None,
-            stack.router,
-            config,
-            &Reloads::default(),
-        )
-        .await
-        .unwrap();
+        let server = crate::support::local_server(tmp.path(), stack.router, config).await;
         let addr = server.local_addr().unwrap();
         let connections = server.connections();
         let shutdown = CancellationToken::new();

@@ -7,8 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiserver::config::Listen;
-use apiserver::credentials::Reloads;
 use apiserver::serve;
 use apiserver::stack;
 use bytes::Bytes;
@@ -61,15 +59,8 @@ impl Stack {
         parts.shed = None;
         parts.clock = Some(|| NOW);
         let stack = stack::build_router(parts, Registry::default());
-        let (server, _) = stack::serve(
-            &Listen::local(tmp.path()),
-            None,
-            stack.router,
-            serve::Config::default(),
-            &Reloads::default(),
-        )
-        .await
-        .unwrap();
+        let server =
+            crate::support::local_server(tmp.path(), stack.router, serve::Config::default()).await;
         let addr = server.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         tokio::spawn(server.run(shutdown.clone()));

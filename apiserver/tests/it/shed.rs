@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apiserver::auth::UserInfo;
-use apiserver::config::Listen;
-use apiserver::credentials::Reloads;
 use apiserver::serve::{self, Filter, Verdict};
 use apiserver::shed::class::Class;
 use apiserver::shed::{self, Admission};
@@ -120,15 +118,8 @@ impl Stack {
             Registry::default(),
         );
         let admission = stack.admission.unwrap();
-        let (server, _) = stack::serve(
-            &Listen::local(tmp.path()),
-            None,
-            stack.router,
-            serve::Config::default(),
-            &Reloads::default(),
-        )
-        .await
-        .unwrap();
+        let server =
+            crate::support::local_server(tmp.path(), stack.router, serve::Config::default()).await;
         let addr = server.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         tokio::spawn(server.run(shutdown.clone()));

@@ -5,9 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver::config::{ServingCert, Settings};
+use apiserver::config::{Listen, ServingCert, Settings};
+use apiserver::credentials::Reloads;
 use apiserver::run::{Auth, Cluster, Setup};
-use apiserver::serve::Filter;
+use apiserver::serve::{self, Filter, Router, Server};
+use apiserver::stack;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
@@ -44,6 +46,7 @@ impl Running {
 pub(crate) fn settings(dir: &Path) -> Settings {
     let mut settings = Settings::for_resolution(Duration::from_secs(10));
     settings.scrape.request_timeout = Duration::from_secs(1);
+    settings.kubelet_client.timeout = Duration::from_secs(1);
     settings.kubelet.insecure_tls = true;
     settings.serving.drain_timeout = Duration::from_secs(5);
     settings.listen.cert = ServingCert::self_signed_in(dir.join("certs"));
@@ -111,6 +114,21 @@ pub(crate) async fn launch(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     running
+}
+
+/// A server for `router` on a free port of 127.0.0.1, with a self-signed `localhost`
+/// certificate in `dir` (the stacks tests assemble with [`stack::build_router`]).
+pub(crate) async fn local_server(dir: &Path, router: Arc<Router>, config: serve::Config) -> Server {
+    stack::serve(
+        &Listen::local(dir),
+        None,
+        router,
+        config,
+        &Reloads::default(),
+    )
+    .await
+    .unwrap()
+    .0
 }
 
 /// A TLS client.

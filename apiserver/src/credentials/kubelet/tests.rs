@@ -24,11 +24,9 @@ fn insecure() -> Config {
     flags(|c| c.insecure_tls = true)
 }
 
-const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The client settings for these flags and kubeconfig.
+/// The client settings for these flags and kubeconfig, over the default transport.
 fn config(flags: &Config, kube: Option<&kube::Config>) -> Result<client::Config, FlagError> {
-    settings(flags, TIMEOUT, kube).map(|s| s.config)
+    settings(flags, client::Config::default(), kube).map(|s| s.config)
 }
 
 #[test]
@@ -47,7 +45,13 @@ fn kubelet_credentials_come_from_the_kubeconfig() {
     assert_eq!(c.timeout, Duration::from_secs(10));
     assert_eq!(c.max_body_bytes, 64 << 20);
     assert!(c.keep_alive);
-    let closed = config(&flags(|c| c.keep_alive = false), Some(&kube)).unwrap();
+    let transport = client::Config {
+        keep_alive: false,
+        ..client::Config::default()
+    };
+    let closed = settings(&defaults(), transport, Some(&kube))
+        .unwrap()
+        .config;
     assert!(!closed.keep_alive);
 }
 
@@ -91,7 +95,11 @@ fn kubelet_flags_override_the_kubeconfig() {
 fn completely_insecure_sends_no_credentials() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.auth_info.token = Some("secret".to_owned().into());
-    let c = config(&flags(|c| c.plain_http = true), Some(&kube)).unwrap();
+    let plain = client::Config {
+        plain_http: true,
+        ..client::Config::default()
+    };
+    let c = settings(&defaults(), plain, Some(&kube)).unwrap().config;
     assert!(c.plain_http);
     assert!(c.bearer_token.is_none());
     assert!(c.identity.is_none());
@@ -150,7 +158,7 @@ fn the_token_file_is_read_trimmed_and_watched() {
     let token = dir.path().join("token");
     std::fs::write(&token, "first\n").unwrap();
     let kube = token_file_kubeconfig(&token);
-    let s = settings(&defaults(), TIMEOUT, Some(&kube)).unwrap();
+    let s = settings(&defaults(), client::Config::default(), Some(&kube)).unwrap();
     assert_eq!(s.config.bearer_token.as_deref(), Some("first"));
     let client = Client::new(s.config).unwrap();
     let mut reloaders = s.files.reloaders(&client, &Reloads::default());
@@ -171,7 +179,7 @@ fn the_token_file_is_read_trimmed_and_watched() {
     // A literal token in the kubeconfig wins over the file and is not watched.
     let mut literal = token_file_kubeconfig(&token);
     literal.auth_info.token = Some("literal".to_owned().into());
-    let s = settings(&defaults(), TIMEOUT, Some(&literal)).unwrap();
+    let s = settings(&defaults(), client::Config::default(), Some(&literal)).unwrap();
     assert_eq!(s.config.bearer_token.as_deref(), Some("literal"));
     assert!(s.files.is_empty());
 }
@@ -236,7 +244,7 @@ fn client_spec() -> tls::issue::LeafSpec {
 #[test]
 fn the_client_certificate_and_ca_files_are_watched_and_bad_ones_refused() {
     let files = Pki::new();
-    let s = settings(&files.flags(), TIMEOUT, None).unwrap();
+    let s = settings(&files.flags(), client::Config::default(), None).unwrap();
     let client = Client::new(s.config).unwrap();
     let mut reloaders = s.files.reloaders(&client, &Reloads::default());
     assert_eq!(
@@ -296,7 +304,7 @@ fn the_in_cluster_ca_file_is_watched_when_no_flag_names_a_ca() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.root_cert_file = Some(files.path("ca.crt"));
     kube.root_cert = Some(vec![files.ca.cert().to_vec()]);
-    let s = settings(&defaults(), TIMEOUT, Some(&kube)).unwrap();
+    let s = settings(&defaults(), client::Config::default(), Some(&kube)).unwrap();
     match &s.config.verify {
         tls::client::Verify::Roots(roots) => assert_eq!(roots, &[files.ca.cert().clone()]),
         other => panic!("{other:?}"),
@@ -305,7 +313,7 @@ fn the_in_cluster_ca_file_is_watched_when_no_flag_names_a_ca() {
     let reloaders = s.files.reloaders(&client, &Reloads::default());
     assert_eq!(names(&reloaders), ["kubelet certificate authority"]);
     // With --kubelet-insecure-tls nothing is verified, so nothing is watched.
-    let s = settings(&insecure(), TIMEOUT, Some(&kube)).unwrap();
+    let s = settings(&insecure(), client::Config::default(), Some(&kube)).unwrap();
     assert!(s.files.is_empty());
 }
 
@@ -315,7 +323,7 @@ fn the_kubeconfig_client_certificate_files_are_watched_but_not_its_data() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.auth_info.client_certificate = Some(files.path("client.crt").display().to_string());
     kube.auth_info.client_key = Some(files.path("client.key").display().to_string());
-    let s = settings(&insecure(), TIMEOUT, Some(&kube)).unwrap();
+    let s = settings(&insecure(), client::Config::default(), Some(&kube)).unwrap();
     assert!(s.config.identity.is_some());
     let client = Client::new(s.config).unwrap();
     let mut reloaders = s.files.reloaders(&client, &Reloads::default());
@@ -329,7 +337,7 @@ fn the_kubeconfig_client_certificate_files_are_watched_but_not_its_data() {
     kube.auth_info.client_certificate_data = Some(b64(&issued.cert_pem));
     kube.auth_info.client_key = None;
     kube.auth_info.client_key_data = Some(b64(&issued.key_pem).into());
-    let s = settings(&insecure(), TIMEOUT, Some(&kube)).unwrap();
+    let s = settings(&insecure(), client::Config::default(), Some(&kube)).unwrap();
     assert_eq!(s.config.identity.unwrap().chain, issued.identity.chain);
     assert!(s.files.is_empty());
 }

@@ -141,8 +141,11 @@ impl Loop {
         kubelets: &[SimKubelet],
     ) -> Self {
         tls::provider::install_default();
-        let timeout = Duration::from_millis(500);
-        let settings = apiserver::credentials::kubelet::settings(flags, timeout, kube).unwrap();
+        let transport = scraper::kubelet::client::Config {
+            timeout: Duration::from_millis(500),
+            ..scraper::kubelet::client::Config::default()
+        };
+        let settings = apiserver::credentials::kubelet::settings(flags, transport, kube).unwrap();
         let resolution = Duration::from_millis(600);
         let client = Client::new(settings.config).unwrap();
         let reloads = Reloads::default();
@@ -611,6 +614,7 @@ async fn the_server_sends_a_rotated_service_account_token_with_no_failed_scrape(
     settings.kubeconfig = Some(kubeconfig.clone());
     settings.listen.cert = apiserver::config::ServingCert::self_signed_in(dir.path().join("certs"));
     settings.scrape.request_timeout = Duration::from_secs(5);
+    settings.kubelet_client.timeout = Duration::from_secs(5);
     settings.scrape.use_node_status_port = true;
     settings.scrape.address_types = vec!["InternalIP".to_owned()];
     settings.kubelet = ca_file_flag(&ca_file);
