@@ -2,7 +2,10 @@
 //! HTTPS, health endpoints and self-metrics, and the `run` function behind the binary.
 //!
 //! # Layout
-//! - [`config`]: flags with metrics-server's names, defaults and validation rules.
+//! - [`config`]: the typed [`Settings`](config::Settings) [`run()`] takes, one plain value per
+//!   part.
+//! - [`cli`]: the binary's flags, with metrics-server's names, defaults and validation rules,
+//!   and their translation into `Settings`; nothing else here depends on it.
 //! - [`serve`]: hyper + tokio-rustls, HTTP/1.1 and h2, certificate reload, the router.
 //! - [`auth`]: delegated authentication (front-proxy, client CA, TokenReview) and authorization
 //!   (SubjectAccessReview), with the ConfigMap watch.
@@ -14,19 +17,28 @@
 //! - [`shed`]: load shedding (exempt paths and users, per-class seats, per-user fair queues,
 //!   cold-store 429s), between authentication and authorization.
 //! - [`status`]: the Kubernetes `Status` body of every error response.
+//! - [`body`]: the one response body type, buffered or streamed.
+//! - [`kubeconfig`]: client configurations for the Kubernetes API (a kubeconfig file or
+//!   in-cluster), and which one each delegated review uses.
+//! - [`stack`]: the router with its filter chain, and the HTTPS server over it, assembled
+//!   one way for the binary, the tests and the load benchmark.
 //! - [`run`](mod@run): wiring every part together; [`run()`] is what the binary calls.
 
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod auth;
+pub mod body;
+pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod health;
+pub mod kubeconfig;
 pub mod run;
 pub mod selfmetrics;
 pub mod serve;
 pub mod shed;
+pub mod stack;
 pub mod status;
 
 pub use run::run;
@@ -35,16 +47,3 @@ pub use run::run;
 // the unit tests and the integration tests.
 #[cfg(test)]
 extern crate self as apiserver;
-
-use std::convert::Infallible;
-
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-
-/// Every response body: buffered or streamed.
-pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-/// A buffered body.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed()
-}

@@ -1,9 +1,10 @@
-//! The `metrics-server` binary: parse flags, install the crypto provider, set up logging,
-//! call [`apiserver::run`] and turn its result into an exit code (64 for bad configuration).
+//! The `metrics-server` binary: parse flags ([`apiserver::cli`]) into settings, install the
+//! crypto provider, set up logging, call [`apiserver::run()`] and turn its result into an exit
+//! code (64 for bad configuration).
 
 use std::process::ExitCode;
 
-use apiserver::config::{Config, Logging, LoggingFormat};
+use apiserver::cli::{Flags, Logging, LoggingFormat};
 use clap::Parser;
 use clap::error::ErrorKind;
 use tokio_util::sync::CancellationToken;
@@ -12,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 const EXIT_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
-    let config = match Config::try_parse() {
-        Ok(config) => config,
+    let flags = match Flags::try_parse() {
+        Ok(flags) => flags,
         Err(error) => {
             return match error.kind() {
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
@@ -28,16 +29,22 @@ fn main() -> ExitCode {
             };
         }
     };
-    if config.server.version {
+    if flags.server.version {
         println!("v{}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
-    if let Err(error) = config.validate() {
-        eprintln!("Error: {error}");
-        return ExitCode::from(EXIT_USAGE);
-    }
+    let settings = match flags.settings() {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("Error: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     tls::provider::install_default();
-    init_tracing(&config.logging);
+    init_tracing(&flags.logging);
+    if !flags.serving.tls_cipher_suites.is_empty() {
+        tracing::warn!("--tls-cipher-suites is accepted but rustls's safe default suites are used");
+    }
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -52,7 +59,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(signals(shutdown.clone()));
-        apiserver::run(config, shutdown).await
+        apiserver::run(settings, shutdown).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,6 @@
 //! reloaders of every credential read from a file, all owned by one `JoinSet` and stopped on
 //! shutdown.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,21 +17,15 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::Api;
 use crate::auth::{self, Authenticator, Authorizer};
-use crate::config::{self, Config};
+use crate::config::Settings;
 use crate::credentials::{self, Reloads};
-use crate::health::{self, Health};
-use crate::selfmetrics::{self, Requests};
-use crate::serve::{self, Filter, Router, Server, access, cert};
-use crate::shed::Admission;
+use crate::serve::{self, Filter, access};
+use crate::{health, kubeconfig, stack};
 
 /// Why the server could not start or stopped on its own.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The flags break a rule (exit code 64).
-    #[error(transparent)]
-    Config(#[from] config::Error),
     /// The kubeconfig (or in-cluster configuration) could not be loaded (exit code 64).
     #[error("unable to construct lister client config: {0}")]
     KubeConfig(String),
@@ -79,8 +72,7 @@ impl Error {
     /// The process exit code: 64 (`EX_USAGE`) for bad configuration, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_)
-            | Error::KubeConfig(_)
+            Error::KubeConfig(_)
             | Error::Credentials { .. }
             | Error::DelegatedKubeConfig { .. }
             | Error::Authn(auth::AuthnError::Config(_))
@@ -93,13 +85,14 @@ impl Error {
 /// Where nodes and pods come from.
 #[derive(Clone, Debug, Default)]
 pub enum Cluster {
-    /// The Kubernetes API from `--kubeconfig`, or the in-cluster configuration.
+    /// The Kubernetes API of [`Settings::kubeconfig`] (`--kubeconfig`), or the in-cluster
+    /// configuration.
     #[default]
-    FromFlags,
+    FromSettings,
     /// The Kubernetes API with this client configuration (the sandbox's control plane).
     Kube(Box<kube::Config>),
     /// An inventory its owner fills; no watches (benches, tests). It counts as synced, and
-    /// kubelet credentials come from the flags only.
+    /// kubelet credentials come from [`Settings::kubelet`] only.
     Static(Arc<Inventory>),
 }
 
@@ -110,23 +103,24 @@ pub enum Cluster {
 /// `DisableAuthForTesting` option.
 #[derive(Clone, Debug, Default)]
 pub enum Auth {
-    /// The Kubernetes API the flags name: `--authentication-kubeconfig` for TokenReview and
-    /// the `extension-apiserver-authentication` ConfigMap, `--authorization-kubeconfig` for
-    /// SubjectAccessReview; each defaults to the cluster's client configuration (`--kubeconfig`,
-    /// in-cluster, or that of [`Cluster::Kube`]).
+    /// The Kubernetes API the settings name: [`Settings::authentication_kubeconfig`] for
+    /// TokenReview and the `extension-apiserver-authentication` ConfigMap,
+    /// [`Settings::authorization_kubeconfig`] for SubjectAccessReview; each defaults to the
+    /// cluster's client configuration (`--kubeconfig`, in-cluster, or that of
+    /// [`Cluster::Kube`]).
     #[default]
-    FromFlags,
+    FromSettings,
     /// This Kubernetes API for both (the sandbox's or a test's simulated control plane); every
-    /// other authentication and authorization flag still applies.
+    /// other authentication and authorization setting still applies.
     Kube(Box<kube::Config>),
     /// No authentication and no authorization: every request is served, with no user in its
     /// extensions. For tests of other layers only.
     DisabledForTesting,
 }
 
-/// What [`run_with`] takes besides the flags.
+/// What [`run_with`] takes besides the [`Settings`]: what no flag sets.
 pub struct Setup {
-    /// A bound listener (port 0 in tests); `None` binds `--bind-address`:`--secure-port`.
+    /// A bound listener (port 0 in tests); `None` binds [`Settings::listen`]'s address.
     pub listener: Option<TcpListener>,
     /// Where nodes and pods come from.
     pub cluster: Cluster,
@@ -136,9 +130,6 @@ pub struct Setup {
     pub cert_reload_interval: Duration,
     /// Counts what the credential reloaders did (tests wait on it).
     pub reloads: Reloads,
-    /// How long in-flight requests may run once shutdown has begun (after
-    /// `--shutdown-delay-duration`).
-    pub drain_timeout: Duration,
     /// Who authenticates and authorizes requests.
     pub auth: Auth,
     /// Filters every request passes, in order, after authentication (the user is in the
@@ -153,7 +144,6 @@ impl std::fmt::Debug for Setup {
             .field("cluster", &self.cluster)
             .field("cert_reload_interval", &self.cert_reload_interval)
             .field("reloads", &self.reloads.counts())
-            .field("drain_timeout", &self.drain_timeout)
             .field("auth", &self.auth)
             .field("filters", &self.filters.len())
             .finish()
@@ -164,36 +154,37 @@ impl Default for Setup {
     fn default() -> Self {
         Setup {
             listener: None,
-            cluster: Cluster::FromFlags,
+            cluster: Cluster::FromSettings,
             cert_reload_interval: Duration::from_secs(2),
             reloads: Reloads::default(),
-            drain_timeout: Duration::from_secs(30),
-            auth: Auth::FromFlags,
+            auth: Auth::FromSettings,
             filters: Vec::new(),
         }
     }
 }
 
-/// Runs metrics-server until `shutdown` is cancelled: validates the flags, connects to the
-/// cluster, scrapes kubelets and serves HTTPS on `--bind-address`:`--secure-port`.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
-    run_with(config, Setup::default(), shutdown).await
+/// Runs metrics-server until `shutdown` is cancelled: connects to the cluster, scrapes
+/// kubelets and serves HTTPS on [`Settings::listen`].
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<(), Error> {
+    run_with(settings, Setup::default(), shutdown).await
 }
 
 /// [`run`] with a pre-bound listener, another source of nodes and pods, or other timings.
 pub async fn run_with(
-    config: Config,
+    settings: Settings,
     setup: Setup,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    config.validate()?;
-    let node_selector = config.node_selector()?;
     let started_ns = serve::router::unix_now_ns();
 
     // The cluster: a Kubernetes client and the inventory it feeds, or a static inventory.
     let (kube_config, inventory, inventory_is_static) = match setup.cluster {
-        Cluster::FromFlags => (
-            Some(kube_config(config.server.kubeconfig.as_deref()).await?),
+        Cluster::FromSettings => (
+            Some(
+                kubeconfig::load(settings.kubeconfig.as_deref())
+                    .await
+                    .map_err(Error::KubeConfig)?,
+            ),
             Arc::new(Inventory::new()),
             false,
         ),
@@ -204,120 +195,79 @@ pub async fn run_with(
             (None, inventory, true)
         }
     };
-    let kubelet_settings = credentials::kubelet::settings(&config.kubelet, kube_config.as_ref())
-        .map_err(|e| Error::Credentials {
-            flag: e.flag,
-            source: e.source,
-        })?;
+    let kubelet_settings = credentials::kubelet::settings(
+        &settings.kubelet,
+        settings.kubelet_client.clone(),
+        kube_config.as_ref(),
+    )
+    .map_err(|e| Error::Credentials {
+        flag: e.flag,
+        source: e.source,
+    })?;
     let kubelet_client =
         kubelet::client::Client::new(kubelet_settings.config).map_err(Error::Kubelet)?;
     let mut reloaders = kubelet_settings
         .files
         .reloaders(&kubelet_client, &setup.reloads);
 
-    // Shared state and metrics.
+    // Shared state, the router and the server.
     let mut registry = Registry::default();
-    let store = Arc::new(Store::new(config.store()));
+    let store = Arc::new(Store::new(settings.store));
     let progress = Arc::new(Progress::default());
-    let metrics = Arc::new(Metrics::new(&mut registry, config.resolution()));
-    let api = Arc::new(Api::new(
-        inventory.clone(),
-        store.clone(),
-        node_selector.clone(),
-        &mut registry,
-    ));
-    let requests = Requests::new(&mut registry);
-    let admission = Arc::new(Admission::new(
-        config.shed(),
-        store.clone(),
-        progress.clone(),
-        &mut registry,
-    ));
-    let cold_store = Arc::new(admission.cold_store());
-    selfmetrics::register_process_metrics(&mut registry);
-    let registry = Arc::new(registry);
-
-    let health = Arc::new(Health::new(
-        health::Config {
-            resolution: config.resolution(),
-            readiness_timeout: config.readiness_timeout(),
-            started_ns,
-        },
-        Arc::new(health::Sources {
-            inventory: inventory.clone(),
-            store: store.clone(),
-            progress: progress.clone(),
-            inventory_is_static,
-        }),
-    ));
-    // The filter chain, in k8s.io/apiserver's order: authentication, then load shedding (so
-    // it can tell users apart, and a shed request costs no SubjectAccessReview), then
-    // authorization.
+    let metrics = Arc::new(Metrics::new(&mut registry, settings.resolution()));
     let delegation = match setup.auth {
         Auth::DisabledForTesting => {
             tracing::warn!("authentication and authorization are disabled (tests only)");
             None
         }
-        auth => Some(delegation(&config, auth, kube_config.as_ref()).await?),
+        auth => Some(delegation(&settings, auth, kube_config.as_ref()).await?),
     };
+    let mut authentication: Vec<Arc<dyn Filter>> = Vec::new();
+    let mut authorization: Vec<Arc<dyn Filter>> = Vec::new();
     if let Some(d) = &delegation {
         reloaders.extend(d.authenticator.ca_file_reloaders(&setup.reloads));
-    }
-    let mut filters: Vec<Arc<dyn Filter>> = Vec::new();
-    if let Some(d) = &delegation {
-        filters.push(Arc::new(access::Authentication::new(
+        authentication.push(Arc::new(access::Authentication::new(
             d.authenticator.clone(),
         )));
+        authorization.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
     }
-    // Load shedding (admission by user and request class) plugs in here, with `setup.filters`.
-    filters.extend(setup.filters);
-    filters.push(admission);
-    if let Some(d) = &delegation {
-        filters.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
-    }
-    // The cold-store 429 comes from the storage layer upstream: after authorization.
-    filters.push(cold_store);
-    let router = Arc::new(filters.into_iter().fold(
-        Router::new(health.clone(), api, registry, requests),
-        Router::with_filter,
-    ));
-
-    // The serving certificate.
-    let serving = &config.serving;
-    let certs = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
-        (Some(cert_file), Some(key_file)) => {
-            let (certs, reloader) =
-                cert::reloaded(cert_file, key_file, &setup.reloads).map_err(serve::Error::from)?;
-            reloaders.push(reloader);
-            certs
-        }
-        _ => {
-            let key = cert::self_signed_in(&serving.cert_dir, &serving.serving_cert_sans)
-                .map_err(serve::Error::from)?;
-            Arc::new(cert::Certs::new(key))
-        }
-    };
-    if !serving.tls_cipher_suites.is_empty() {
-        tracing::warn!("--tls-cipher-suites is accepted but rustls's safe default suites are used");
-    }
-
-    let listener = match setup.listener {
-        Some(listener) => listener,
-        None => serve::bind(SocketAddr::new(serving.bind_address, serving.secure_port)).await?,
-    };
-    let server = Server::new(
-        listener,
-        certs,
-        router,
-        serve::Config {
-            drain_timeout: setup.drain_timeout,
-            ..config.serving()
+    // `setup.filters` see the user, and run before admission.
+    authentication.extend(setup.filters);
+    let stack = stack::build_router(
+        stack::Parts {
+            sources: health::Sources {
+                inventory: inventory.clone(),
+                store: store.clone(),
+                progress: progress.clone(),
+                inventory_is_static,
+            },
+            node_selector: settings.scrape.node_selector.clone(),
+            health: health::Config {
+                resolution: settings.resolution(),
+                readiness_timeout: settings.readiness_timeout,
+                started_ns,
+            },
+            shed: Some(settings.shed),
+            authentication,
+            authorization,
+            clock: None,
         },
-    )?;
+        registry,
+    );
+    let health = stack.health;
+    let (server, reloader) = stack::serve(
+        &settings.listen,
+        setup.listener,
+        stack.router,
+        settings.serving.clone(),
+        &setup.reloads,
+    )
+    .await?;
+    reloaders.extend(reloader);
     let addr = server.local_addr().ok();
     tracing::info!(
         address = ?addr,
-        resolution = %config.server.metric_resolution,
+        resolution = %scraper::go::duration_string(settings.resolution()),
         "serving securely"
     );
 
@@ -365,7 +315,7 @@ pub async fn run_with(
         });
     }
     {
-        let scrape = config.scrape(node_selector);
+        let scrape = settings.scrape.clone();
         let stop = stop.clone();
         tasks.spawn(async move {
             scraper::scrape::run(
@@ -388,9 +338,9 @@ pub async fn run_with(
     };
     health.begin_shutdown();
     if early.is_none() {
-        let delay = config.generic.shutdown_delay_duration.0;
+        let delay = settings.shutdown_delay;
         if !delay.is_zero() {
-            tracing::info!(delay = %config.generic.shutdown_delay_duration, "shutting down: /readyz fails, still serving");
+            tracing::info!(delay = %scraper::go::duration_string(delay), "shutting down: /readyz fails, still serving");
             tokio::time::sleep(delay).await;
         }
     }
@@ -403,28 +353,6 @@ pub async fn run_with(
     }
 }
 
-/// `--kubeconfig`, or the in-cluster configuration (metrics-server `restConfig`).
-async fn kube_config(path: Option<&Path>) -> Result<kube::Config, Error> {
-    load_kube_config(path).await.map_err(Error::KubeConfig)
-}
-
-/// A kubeconfig file, or the in-cluster configuration when there is none.
-async fn load_kube_config(path: Option<&Path>) -> Result<kube::Config, String> {
-    match path {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .map_err(|e| format!("{}: {e}", path.display()))
-        }
-        None => kube::Config::incluster().map_err(|e| e.to_string()),
-    }
-}
-
 /// The delegated authenticator and authorizer.
 struct Delegation {
     authenticator: Arc<Authenticator>,
@@ -434,7 +362,7 @@ struct Delegation {
 /// Builds the authenticator (reading the CA files and, unless skipped, the ConfigMap once)
 /// and the authorizer, each with a client for its own kubeconfig.
 async fn delegation(
-    config: &Config,
+    settings: &Settings,
     auth: Auth,
     cluster: Option<&kube::Config>,
 ) -> Result<Delegation, Error> {
@@ -442,27 +370,27 @@ async fn delegation(
     let authn_kube = delegated_kube_config(
         "authentication",
         &auth,
-        config.authentication.authentication_kubeconfig.as_deref(),
+        settings.authentication_kubeconfig.as_deref(),
         cluster,
-        config.server.kubeconfig.as_deref(),
+        settings.kubeconfig.as_deref(),
     )
     .await?;
     let authz_kube = delegated_kube_config(
         "authorization",
         &auth,
-        config.authorization.authorization_kubeconfig.as_deref(),
+        settings.authorization_kubeconfig.as_deref(),
         cluster,
-        config.server.kubeconfig.as_deref(),
+        settings.kubeconfig.as_deref(),
     )
     .await?;
 
     let authorizer = Authorizer::new(
-        config.authz(),
+        settings.authz.clone(),
         Some(auth::review_client(authz_kube).map_err(kube_error)?),
     )?;
     let watch_client = kube::Client::try_from(authn_kube.clone()).map_err(kube_error)?;
     let review_client = auth::review_client(authn_kube).map_err(kube_error)?;
-    let authenticator = Authenticator::new(config.authn(), Some(review_client))
+    let authenticator = Authenticator::new(settings.authn.clone(), Some(review_client))
         .await?
         .with_watch_client(watch_client);
     Ok(Delegation {
@@ -471,22 +399,21 @@ async fn delegation(
     })
 }
 
-/// The client configuration for delegated `what`: the [`Auth::Kube`] one, else the flag's
-/// kubeconfig, else the cluster's, else `--kubeconfig` or in-cluster.
+/// The client configuration for delegated `what` ([`kubeconfig::delegated`]).
 async fn delegated_kube_config(
     what: &'static str,
     auth: &Auth,
-    flag: Option<&Path>,
+    own: Option<&Path>,
     cluster: Option<&kube::Config>,
-    main_kubeconfig: Option<&Path>,
+    main: Option<&Path>,
 ) -> Result<kube::Config, Error> {
-    let loaded = match (auth, flag, cluster) {
-        (Auth::Kube(c), _, _) => Ok((**c).clone()),
-        (_, Some(path), _) => load_kube_config(Some(path)).await,
-        (_, None, Some(c)) => Ok(c.clone()),
-        (_, None, None) => load_kube_config(main_kubeconfig).await,
+    let given = match auth {
+        Auth::Kube(c) => Some(&**c),
+        _ => None,
     };
-    loaded.map_err(|message| Error::DelegatedKubeConfig { what, message })
+    kubeconfig::delegated(given, own, cluster, main)
+        .await
+        .map_err(|message| Error::DelegatedKubeConfig { what, message })
 }
 
 #[cfg(test)]
@@ -495,48 +422,18 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn delegated_kubeconfigs_default_to_the_cluster_and_setup_wins() {
+    async fn an_unusable_delegated_kubeconfig_is_a_configuration_error() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("authn.kubeconfig");
-        std::fs::write(
-            &file,
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.9:6443\n\
-             users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
-             current-context: c\n",
-        )
-        .unwrap();
-        let cluster = kube::Config::new("https://10.0.0.1:6443".parse().unwrap());
-        let setup = kube::Config::new("https://10.0.0.2:6443".parse().unwrap());
-        let host = |c: kube::Config| c.cluster_url.to_string();
-        let pick = |auth: Auth, flag: Option<&Path>, cluster: Option<&kube::Config>| {
-            let auth = auth.clone();
-            let flag = flag.map(Path::to_path_buf);
-            let cluster = cluster.cloned();
-            async move {
-                delegated_kube_config(
-                    "authentication",
-                    &auth,
-                    flag.as_deref(),
-                    cluster.as_ref(),
-                    None,
-                )
-                .await
-            }
-        };
-        let from_cluster = pick(Auth::FromFlags, None, Some(&cluster)).await.unwrap();
-        assert_eq!(host(from_cluster), "https://10.0.0.1:6443/");
-        let from_flag = pick(Auth::FromFlags, Some(&file), Some(&cluster))
-            .await
-            .unwrap();
-        assert_eq!(host(from_flag), "https://10.0.0.9:6443/");
-        let from_setup = pick(Auth::Kube(Box::new(setup)), Some(&file), Some(&cluster))
-            .await
-            .unwrap();
-        assert_eq!(host(from_setup), "https://10.0.0.2:6443/");
         let missing = dir.path().join("absent");
-        let err = pick(Auth::FromFlags, Some(&missing), Some(&cluster))
-            .await
-            .unwrap_err();
+        let err = delegated_kube_config(
+            "authentication",
+            &Auth::FromSettings,
+            Some(&missing),
+            None,
+            None,
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.exit_code(), 64);
         assert!(
             err.to_string()

@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::Body;
+use crate::body::Body;
 
 /// `Content-Type` of the Prometheus text format, as Go's `expfmt.FmtText`.
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -353,7 +353,7 @@ pub fn response(registry: &Registry, accept: Option<&HeaderValue>) -> Response<B
     let format = Format::negotiate(accept);
     match encode(registry, format) {
         Ok(text) => {
-            let mut response = Response::new(crate::full(text));
+            let mut response = Response::new(crate::body::full(text));
             let content_type = match format {
                 Format::Prometheus => PROMETHEUS_TEXT,
                 Format::OpenMetrics => OPENMETRICS_TEXT,
@@ -555,10 +555,7 @@ mod tests {
         assert!(value("process_cpu_seconds_total") >= 0.0);
         // Started within the last day, after 2020.
         let start = value("process_start_time_seconds");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64();
+        let now = scraper::clock::unix_now_ns() as f64 / 1e9;
         assert!(
             start > 1.6e9 && start <= now + 1.0 && now - start < 86_400.0,
             "{start}"

@@ -5,12 +5,12 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 
-use crate::Body;
 use crate::api::accept::{self, Format};
 use crate::api::proto::{
     EMPTY_LIST_META, ENVELOPE_TAIL, field_len, put_envelope_head, put_str, put_varint,
     varint_field_len,
 };
+use crate::body::Body;
 
 /// A `meta.k8s.io/v1` Status with `status: Failure`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -305,7 +305,7 @@ impl Status {
             Format::Json => self.to_json(),
             Format::Protobuf => self.to_protobuf(),
         };
-        let mut response = Response::new(crate::full(Bytes::from(body)));
+        let mut response = Response::new(crate::body::full(Bytes::from(body)));
         *response.status_mut() = code;
         let headers = response.headers_mut();
         headers.insert(

@@ -23,8 +23,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use apiserver::Body;
 use apiserver::api::{Handler, Live, Source};
+use apiserver::body::Body;
 use apiserver::serve::gzip::{self, Accepts};
 use criterion::{Criterion, Throughput, criterion_group};
 use futures::FutureExt as _;

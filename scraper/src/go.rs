@@ -145,6 +145,13 @@ fn fmt_int(buf: &mut [u8; 32], mut w: usize, mut v: u64) -> usize {
     w
 }
 
+/// Go's `time.Duration.String()` of `d` (saturating at Go's largest duration).
+pub fn duration_string(d: std::time::Duration) -> String {
+    let mut out = Vec::with_capacity(24);
+    write_go_duration(&mut out, i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

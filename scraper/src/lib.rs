@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod go;
 pub mod inventory;
 pub mod kubelet;

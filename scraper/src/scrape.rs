@@ -180,9 +180,7 @@ struct Clock {
 
 impl Clock {
     fn start() -> Self {
-        let base_unix_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let base_unix_ns = crate::clock::unix_now_ns();
         Clock {
             base: Instant::now(),
             base_unix_ns,

@@ -10,7 +10,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 
 use super::encode::Ctx;
-use crate::Body;
+use crate::body::Body;
 
 /// Target size of one streamed frame.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -96,7 +96,7 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
         if self.items.len() <= BUFFERED_ITEMS {
             let mut out = Vec::with_capacity(self.head.len() + self.items.len() * 512 + 8);
             self.fill(&mut out, usize::MAX);
-            return crate::full(out);
+            return crate::body::full(out);
         }
         self.boxed()
     }

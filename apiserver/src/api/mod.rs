@@ -54,7 +54,7 @@ use self::metrics::Freshness;
 use self::openapi::{Doc, OpenApi};
 use self::respond::{SingleItem, nodes_list, pods_list, single};
 use self::routes::{Resource, Route, Version};
-use crate::Body;
+use crate::body::Body;
 use crate::status::Status;
 
 /// What the API reads: which nodes and pods exist (with labels) and their usage.
@@ -245,7 +245,7 @@ impl<S: Source> Handler<S> {
                 let path = format!("/openapi/v3/apis/metrics.k8s.io/{}", v.as_str());
                 serve_doc(parts, self.openapi.v3(v), Some(&path), now_ns)
             }
-            Route::Version => json_response(crate::full(self.discovery.version.clone())),
+            Route::Version => json_response(crate::body::full(self.discovery.version.clone())),
             Route::NotFound => Status::no_route().into_response_for(accept),
         })
     }
@@ -261,7 +261,7 @@ impl<S: Source> Handler<S> {
             response(
                 StatusCode::OK,
                 AGGREGATED_CONTENT_TYPE,
-                crate::full(self.discovery.aggregated.clone()),
+                crate::body::full(self.discovery.aggregated.clone()),
             )
         });
         let h = r.headers_mut();
@@ -495,7 +495,7 @@ impl<S: Source> Handler<S> {
 
 /// An empty response with `status`.
 fn empty(status: StatusCode) -> Response<Body> {
-    let mut r = Response::new(crate::full(Bytes::new()));
+    let mut r = Response::new(crate::body::full(Bytes::new()));
     *r.status_mut() = status;
     r
 }
@@ -520,7 +520,7 @@ fn unless_not_modified(
 /// A discovery document with plain negotiation (406 when JSON is not acceptable).
 fn plain(accept: Option<&str>, body: &Bytes) -> Response<Body> {
     match accept::negotiate(accept, Endpoint::Plain) {
-        Some(_) => json_response(crate::full(body.clone())),
+        Some(_) => json_response(crate::body::full(body.clone())),
         None => not_acceptable(),
     }
 }
@@ -544,7 +544,7 @@ fn serve_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Re
         immutable = true;
     }
     let mut r = unless_not_modified(parts, &etag, || {
-        json_response(crate::full(doc.body.clone()))
+        json_response(crate::body::full(doc.body.clone()))
     });
     let h = r.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag) {

@@ -8,7 +8,7 @@ use super::body::{ListBody, WriteItem};
 use super::encode::{self, Ctx, NodeItem, PodItem};
 use super::proto::{self, Writer};
 use super::{json_response, response};
-use crate::Body;
+use crate::body::Body;
 use crate::status::Status;
 
 /// The object of a GET.
@@ -53,7 +53,7 @@ pub(super) fn single(
         }
     }
     out.push(b'\n');
-    json_response(crate::full(out))
+    json_response(crate::body::full(out))
 }
 
 /// The 406 for `as=PartialObjectMetadataList` on a single object.
@@ -111,7 +111,7 @@ fn proto_single(
             proto::POD_PARTIAL,
         ),
     };
-    response(StatusCode::OK, accept::PROTOBUF, crate::full(body))
+    response(StatusCode::OK, accept::PROTOBUF, crate::body::full(body))
 }
 
 /// `{"kind":"Table",...,"rows":[` (or the whole empty Table when there are no rows).
@@ -200,7 +200,7 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             list_head(&mut head, "PartialObjectMetadataList", ctx.meta_api_version);
             if items.is_empty() {
                 head.extend_from_slice(b"null}\n");
-                return json_response(crate::full(head));
+                return json_response(crate::body::full(head));
             }
             head.push(b'[');
             (partial, b"]}\n")
@@ -210,7 +210,7 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             if items.is_empty() {
                 table_head(&mut head, &ctx, false);
                 head.push(b'\n');
-                return json_response(crate::full(head));
+                return json_response(crate::body::full(head));
             }
             table_head(&mut head, &ctx, true);
             (row, b"]}\n")

@@ -15,12 +15,26 @@ use tls::CertificateDer;
 use tls::client::Verify;
 
 use super::{Read, Reloader, Reloads};
-use crate::config;
 
 const CA_FLAG: &str = "--kubelet-certificate-authority";
 const CA_TEXT_FLAG: &str = "--kubelet-certificate-authority-text";
 const CERT_FLAG: &str = "--kubelet-client-certificate";
 const KUBECONFIG: &str = "--kubeconfig";
+
+/// Where the kubelet client's verification and credentials come from (the kubelet flags),
+/// before the cluster's client configuration; its transport settings are a
+/// [`client::Config`] of their own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// `--kubelet-certificate-authority`: a CA bundle file, watched.
+    pub ca_file: Option<PathBuf>,
+    /// `--kubelet-certificate-authority-text`: a CA bundle.
+    pub ca_text: Option<String>,
+    /// `--kubelet-client-certificate` and `--kubelet-client-key`, watched.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// `--kubelet-insecure-tls`: kubelet serving certificates are not verified.
+    pub insecure_tls: bool,
+}
 
 /// A kubelet credential named by a flag or the kubeconfig cannot be used (exit code 64).
 #[derive(Debug, thiserror::Error)]
@@ -158,21 +172,24 @@ fn load<T>(
     Ok((value, read))
 }
 
-/// The kubelet client settings from the kubelet flags and the cluster's client configuration.
+/// The kubelet client settings: `client`'s transport settings, with the verification and
+/// credentials the kubelet flags and the cluster's client configuration give (none over
+/// `client.plain_http`).
 pub fn settings(
-    flags: &config::Kubelet,
+    flags: &Config,
+    client: client::Config,
     kube: Option<&kube::Config>,
 ) -> Result<Settings, FlagError> {
-    let plain_http = flags.deprecated_kubelet_completely_insecure;
+    let plain_http = client.plain_http;
     let mut files = Files::default();
 
-    let verify = if flags.kubelet_insecure_tls || plain_http {
+    let verify = if flags.insecure_tls || plain_http {
         Verify::Insecure
-    } else if let Some(path) = &flags.kubelet_certificate_authority {
+    } else if let Some(path) = &flags.ca_file {
         let (roots, read) = load(CA_FLAG, vec![path.clone()], roots)?;
         files.ca = Some(read);
         Verify::Roots(roots)
-    } else if let Some(text) = &flags.kubelet_certificate_authority_text {
+    } else if let Some(text) = &flags.ca_text {
         Verify::Roots(
             tls::pem::certs_from_slice(text.as_bytes(), CA_TEXT_FLAG)
                 .map_err(flag_error(CA_TEXT_FLAG))?,
@@ -193,9 +210,7 @@ pub fn settings(
 
     let identity = if plain_http {
         None
-    } else if let (Some(cert), Some(key)) =
-        (&flags.kubelet_client_certificate, &flags.kubelet_client_key)
-    {
+    } else if let Some((cert, key)) = &flags.client_cert {
         let (identity, read) = load(CERT_FLAG, vec![cert.clone(), key.clone()], identity)?;
         files.identity = Some(read);
         Some(identity)
@@ -216,12 +231,7 @@ pub fn settings(
             verify,
             identity,
             bearer_token,
-            plain_http,
-            timeout: flags.kubelet_request_timeout.0,
-            max_body_bytes: usize::try_from(flags.kubelet_max_body_bytes.0).unwrap_or(usize::MAX),
-            max_bodies_bytes: usize::try_from(flags.kubelet_max_bodies_bytes.0)
-                .unwrap_or(usize::MAX),
-            keep_alive: flags.kubelet_keep_alive,
+            ..client
         },
         files,
     })

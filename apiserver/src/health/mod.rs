@@ -13,7 +13,7 @@ use scraper::inventory::Inventory;
 use scraper::scrape::Progress;
 use scraper::store::{Readiness, Store};
 
-use crate::Body;
+use crate::body::Body;
 
 /// What the checks look at. [`Sources`] is the real one; tests supply their own.
 pub trait Signals: Send + Sync {
@@ -353,7 +353,7 @@ fn duration_ns(d: Duration) -> i64 {
 
 /// A plain-text response as Go's `http.Error` / `fmt.Fprint` write it.
 fn text(status: StatusCode, body: String) -> Response<Body> {
-    let mut response = Response::new(crate::full(body));
+    let mut response = Response::new(crate::body::full(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(

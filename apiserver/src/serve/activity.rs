@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::Body;
+use crate::body::Body;
 
 /// One request's time limit (`--request-timeout` from when hyper handed it over), and when
 /// its response, once it has one, is cut.

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::activity::{Activity, Deadline, Streams, Timed};
 use super::{Config, PeerCertificates, RemoteAddr, Router, Seat};
-use crate::Body;
+use crate::body::Body;
 use crate::selfmetrics::RequestKind;
 
 /// h2 streams per connection when `--http2-max-streams-per-connection` is 0:
@@ -293,9 +293,9 @@ fn http1_head_bytes<B>(request: &Request<B>) -> usize {
 
 /// Go's answer to a request head over its limit (net/http's `errTooLarge`), after which the
 /// connection is closed.
-fn header_fields_too_large() -> Response<crate::Body> {
+fn header_fields_too_large() -> Response<crate::body::Body> {
     const TEXT: &str = "431 Request Header Fields Too Large";
-    let mut response = Response::new(crate::full(Bytes::from_static(TEXT.as_bytes())));
+    let mut response = Response::new(crate::body::full(Bytes::from_static(TEXT.as_bytes())));
     *response.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
     let headers = response.headers_mut();
     headers.insert(

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -19,8 +19,8 @@ use http_body::Frame;
 use http_body_util::BodyExt as _;
 
 use super::router::RemoteAddr;
-use crate::Body;
 use crate::auth::{Attributes, UserInfo};
+use crate::body::Body;
 
 /// The tracing target of the request lines.
 pub const TARGET: &str = "httplog";
@@ -203,7 +203,7 @@ mod tests {
         let captured = Captured::default();
         let _default = tracing::subscriber::set_default(subscriber(&captured, "httplog=info"));
         assert!(enabled());
-        let mut response = Response::new(crate::full("{}"));
+        let mut response = Response::new(crate::body::full("{}"));
         *response.status_mut() = StatusCode::OK;
         let response = logged(&request(), Instant::now(), response);
         assert!(captured.0.lock().is_empty(), "not before the body ends");
@@ -229,7 +229,7 @@ mod tests {
     async fn a_body_dropped_unread_is_logged_once_too() {
         let captured = Captured::default();
         let _default = tracing::subscriber::set_default(subscriber(&captured, "httplog=info"));
-        let mut response = Response::new(crate::full("{}"));
+        let mut response = Response::new(crate::body::full("{}"));
         *response.status_mut() = StatusCode::FORBIDDEN;
         drop(logged(&request(), Instant::now(), response));
         let text = String::from_utf8(captured.0.lock().clone()).unwrap();

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -15,10 +15,11 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use prometheus_client::registry::Registry;
 use rustls_pki_types::CertificateDer;
+use tokio::time::Instant;
 
 use super::{gzip, httplog};
-use crate::Body;
 use crate::api::Api;
+use crate::body::Body;
 use crate::health::Health;
 use crate::selfmetrics::{self, RequestKind, Requests};
 use crate::status::Status;
@@ -82,11 +83,7 @@ impl std::fmt::Debug for Router {
 }
 
 /// The wall clock in Unix nanoseconds: the response time handed to health and the API.
-pub fn unix_now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
+pub use scraper::clock::unix_now_ns;
 
 impl Router {
     /// A router with no filters (everything is allowed) and the wall clock.
@@ -206,7 +203,7 @@ fn without_body(response: Response<Body>) -> Response<Body> {
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(len));
     }
-    Response::from_parts(parts, crate::full(Bytes::new()))
+    Response::from_parts(parts, crate::body::full(Bytes::new()))
 }
 
 /// A body that keeps the filters' guards alive until it is finished or dropped.
@@ -351,7 +348,7 @@ mod tests {
     impl Filter for Large {
         fn filter<'a>(&'a self, _parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
             let body = "0123456789abcdef".repeat(self.0 / 16);
-            Box::pin(async move { Verdict::Reject(Response::new(crate::full(body))) })
+            Box::pin(async move { Verdict::Reject(Response::new(crate::body::full(body))) })
         }
     }
 

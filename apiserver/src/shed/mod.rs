@@ -68,36 +68,8 @@ pub const STORAGE_INITIALIZING: &str = "storage-initializing";
 /// sleeping Retry-After each time, inside one of the HPA's 5 workers (§5.6).
 pub const HPA_MAX_RETRY_AFTER_SECONDS: u32 = 2;
 
-/// Load-shedding settings (flags `--max-requests-inflight`, `--autoscaler-inflight-percent`,
-/// `--request-queue-wait`, `--request-queue-length-per-user`, `--cold-store-window`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// Seats of both classes together; 0 means unlimited (max-in-flight's meaning).
-    pub max_in_flight: usize,
-    /// Percent of the seats reserved for autoscalers (at least one seat each).
-    pub autoscaler_percent: u8,
-    /// Requests one user may have waiting in a class; 0: no queueing.
-    pub queue_length_per_user: usize,
-    /// How long a request may wait for a seat; zero: no queueing.
-    pub queue_wait: Duration,
-    /// How long after start a cold store rejects cluster-wide lists; zero: never.
-    pub cold_store_window: Duration,
-    /// The adaptive Retry-After's ceiling (APF: 32 s).
-    pub max_retry_after: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            max_in_flight: 400,
-            autoscaler_percent: 25,
-            queue_length_per_user: 10,
-            queue_wait: Duration::from_secs(3),
-            cold_store_window: Duration::from_secs(60),
-            max_retry_after: Duration::from_secs(32),
-        }
-    }
-}
+/// Load-shedding settings, from the neutral [`config`](crate::config) module.
+pub use crate::config::Shed as Config;
 
 impl Config {
     /// The seats and queue bounds of [`Class::Autoscalers`] and [`Class::Default`].
@@ -208,7 +180,7 @@ impl Admission {
         &self,
         shape: Shape,
         flow: &str,
-    ) -> Result<Option<Guard>, http::Response<crate::Body>> {
+    ) -> Result<Option<Guard>, http::Response<crate::body::Body>> {
         let Some(level) = self.level(shape.class) else {
             self.exempt.inc_executing();
             return Ok(Some(Box::new(ExemptSeat(self.exempt.clone()))));
@@ -231,7 +203,7 @@ impl Admission {
         shape: Shape,
         flow: &str,
         rejection: Rejection,
-    ) -> http::Response<crate::Body> {
+    ) -> http::Response<crate::body::Body> {
         let mut seconds = self.tracker(shape.class).drop_one(Instant::now());
         if shape.hpa_shaped {
             seconds = seconds.min(HPA_MAX_RETRY_AFTER_SECONDS);
@@ -272,7 +244,7 @@ impl std::fmt::Debug for ColdStore {
 
 impl ColdStore {
     /// The 429 for a cluster-wide LIST while the store is cold; `None` lets it pass.
-    pub fn reject(&self, shape: Shape, flow: &str) -> Option<http::Response<crate::Body>> {
+    pub fn reject(&self, shape: Shape, flow: &str) -> Option<http::Response<crate::body::Body>> {
         if !shape.cluster_wide_list {
             return None;
         }

@@ -359,7 +359,9 @@ fn admission_with(config: Config, progress: Progress) -> (Admission, Arc<Store>,
     (admission, store, registry)
 }
 
-async fn status_json(response: http::Response<crate::Body>) -> (u16, String, serde_json::Value) {
+async fn status_json(
+    response: http::Response<crate::body::Body>,
+) -> (u16, String, serde_json::Value) {
     let status = response.status().as_u16();
     let retry = response
         .headers()

@@ -13,13 +13,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver::api::Api;
 use apiserver::auth::UserInfo;
-use apiserver::health::{self, Health};
-use apiserver::selfmetrics::{self, Requests};
-use apiserver::serve::{self, Connections, Filter, Router, Server, Verdict, cert};
+use apiserver::serve::{self, Connections, Filter, Verdict};
 use apiserver::shed::class::Class;
 use apiserver::shed::{self, Admission};
+use apiserver::stack;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::request::Parts;
@@ -30,8 +28,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
 use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
-use scraper::scrape::Progress;
-use scraper::selector::LabelSelector;
 use scraper::store::Store;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -94,7 +90,7 @@ impl Filter for Stall {
     }
 }
 
-/// A server assembled as `run` assembles it, with the test's connection settings.
+/// A server assembled as `run` assembles it ([`stack`]), with the test's connection settings.
 pub(crate) struct Stack {
     pub(crate) addr: SocketAddr,
     pub(crate) connections: Connections,
@@ -119,47 +115,21 @@ impl Stack {
             Duration::from_secs(15),
         )));
         populate(&inventory, &store, nodes);
-        let mut registry = Registry::default();
-        let api = Arc::new(Api::new(
-            inventory.clone(),
-            store.clone(),
-            LabelSelector::default(),
-            &mut registry,
-        ));
-        let requests = Requests::new(&mut registry);
-        let admission = Arc::new(Admission::new(
-            shed::Config::default(),
-            store.clone(),
-            Arc::new(Progress::completed()),
-            &mut registry,
-        ));
-        selfmetrics::register_process_metrics(&mut registry);
-        let health = Arc::new(Health::new(
-            health::Config {
-                resolution: Duration::from_secs(15),
-                readiness_timeout: None,
-                started_ns: serve::router::unix_now_ns(),
+        let stack = stack::build_router(
+            stack::Parts {
+                // The store stays empty with no nodes: no cold-store 429s here.
+                shed: Some(shed::Config {
+                    cold_store_window: Duration::ZERO,
+                    ..shed::Config::default()
+                }),
+                authentication: vec![Arc::new(Identify)],
+                authorization: vec![Arc::new(Stall)],
+                ..stack::Parts::filled(inventory, store, Duration::from_secs(15))
             },
-            Arc::new(health::Sources {
-                inventory,
-                store,
-                progress: Arc::new(Progress::completed()),
-                inventory_is_static: true,
-            }),
-        ));
-        let router = Router::new(health, api, Arc::new(registry), requests)
-            .with_filter(Arc::new(Identify))
-            .with_filter(admission.clone())
-            .with_filter(Arc::new(Stall));
-        let key = cert::self_signed_in(tmp.path(), &["localhost".to_owned()]).unwrap();
-        let listener = serve::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let server = Server::new(
-            listener,
-            Arc::new(cert::Certs::new(key)),
-            Arc::new(router),
-            config,
-        )
-        .unwrap();
+            Registry::default(),
+        );
+        let admission = stack.admission.unwrap();
+        let server = crate::support::local_server(tmp.path(), stack.router, config).await;
         let addr = server.local_addr().unwrap();
         let connections = server.connections();
         let shutdown = CancellationToken::new();

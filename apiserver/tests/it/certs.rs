@@ -2,13 +2,14 @@
 
 use std::time::Duration;
 
+use apiserver::config::ServingCert;
 use http::StatusCode;
 
 use crate::support::{Client, eventually, sans_of, served_leaf, start, start_with};
 
 #[tokio::test]
 async fn self_signed_certificate_in_cert_dir_verifies_for_the_service_names() {
-    let server = start(&[]).await;
+    let server = start(|_| {}).await;
     let cert_path = server.cert_dir().join("apiserver.crt");
     let key_path = server.cert_dir().join("apiserver.key");
     assert!(key_path.exists());
@@ -51,7 +52,7 @@ async fn self_signed_certificate_in_cert_dir_verifies_for_the_service_names() {
     std::fs::create_dir_all(&certs).unwrap();
     std::fs::copy(&cert_path, certs.join("apiserver.crt")).unwrap();
     std::fs::copy(&key_path, certs.join("apiserver.key")).unwrap();
-    let again = start_with(&[], Vec::new(), Some(tmp)).await;
+    let again = start_with(|_| {}, Vec::new(), Some(tmp)).await;
     assert_eq!(
         served_leaf(&Client::insecure(), again.addr).await.unwrap(),
         der[0].to_vec()
@@ -77,12 +78,11 @@ async fn serving_certificate_files_are_reloaded_without_restart() {
     let first = leaf("first");
     std::fs::write(&cert_file, &first.cert_pem).unwrap();
     std::fs::write(&key_file, &first.key_pem).unwrap();
-    let args = [
-        format!("--tls-cert-file={}", cert_file.display()),
-        format!("--tls-private-key-file={}", key_file.display()),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let server = start_with(&args, Vec::new(), Some(tmp)).await;
+    let files = ServingCert::Files {
+        cert: cert_file.clone(),
+        key: key_file.clone(),
+    };
+    let server = start_with(|s| s.listen.cert = files, Vec::new(), Some(tmp)).await;
     let client = Client::trusting(vec![ca.cert().clone()], "localhost");
     assert_eq!(
         served_leaf(&client, server.addr).await.unwrap(),
@@ -108,9 +108,15 @@ async fn serving_certificate_files_are_reloaded_without_restart() {
             .contains(&"second.test".to_owned())
     );
 
-    // A broken replacement keeps the last good certificate.
+    // A broken replacement is refused, and the last good certificate stays.
+    let before = server.reloads.counts();
     std::fs::write(&cert_file, "-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        server.reloads.wait_for(|c| c.rejected > before.rejected),
+    )
+    .await
+    .expect("the reloader looked at the broken file");
     assert_eq!(
         served_leaf(&client, server.addr).await.unwrap(),
         second.identity.chain[0].to_vec()
@@ -122,7 +128,7 @@ async fn serving_certificate_files_are_reloaded_without_restart() {
 
 #[tokio::test]
 async fn tls13_only_when_asked() {
-    let server = start(&["--tls-min-version=VersionTLS13"]).await;
+    let server = start(|s| s.serving.tls13_only = true).await;
     let stream = Client::insecure().connect(server.addr).await.unwrap();
     assert_eq!(
         stream.get_ref().1.protocol_version(),

@@ -7,10 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiserver::api::Api;
-use apiserver::health::{self, Health};
-use apiserver::selfmetrics::{self, Requests};
-use apiserver::serve::{self, Router, Server, cert};
+use apiserver::serve;
+use apiserver::stack;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode, Version, header};
 use http_body_util::{BodyExt, Empty};
@@ -18,8 +16,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
 use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
-use scraper::scrape::Progress;
-use scraper::selector::LabelSelector;
 use scraper::store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -58,38 +54,13 @@ impl Stack {
             Duration::from_secs(15),
         )));
         populate(&inventory, &store);
-        let mut registry = Registry::default();
-        let api = Arc::new(Api::new(
-            inventory.clone(),
-            store.clone(),
-            LabelSelector::default(),
-            &mut registry,
-        ));
-        let requests = Requests::new(&mut registry);
-        selfmetrics::register_process_metrics(&mut registry);
-        let health = Arc::new(Health::new(
-            health::Config {
-                resolution: Duration::from_secs(15),
-                readiness_timeout: None,
-                started_ns: NOW - 60 * SECOND,
-            },
-            Arc::new(health::Sources {
-                inventory,
-                store,
-                progress: Arc::new(Progress::completed()),
-                inventory_is_static: true,
-            }),
-        ));
-        let router = Router::new(health, api, Arc::new(registry), requests).with_clock(|| NOW);
-        let key = cert::self_signed_in(tmp.path(), &["localhost".to_owned()]).unwrap();
-        let listener = serve::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let server = Server::new(
-            listener,
-            Arc::new(cert::Certs::new(key)),
-            Arc::new(router),
-            serve::Config::default(),
-        )
-        .unwrap();
+        let mut parts = stack::Parts::filled(inventory, store, Duration::from_secs(15));
+        parts.health.started_ns = NOW - 60 * SECOND;
+        parts.shed = None;
+        parts.clock = Some(|| NOW);
+        let stack = stack::build_router(parts, Registry::default());
+        let server =
+            crate::support::local_server(tmp.path(), stack.router, serve::Config::default()).await;
         let addr = server.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         tokio::spawn(server.run(shutdown.clone()));

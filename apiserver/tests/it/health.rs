@@ -21,7 +21,7 @@ const READYZ_COLD: &str = "[+]ping ok\n[+]log ok\n[+]poststarthook/max-in-flight
 
 #[tokio::test]
 async fn livez_plain_and_verbose() {
-    let server = start(&[]).await;
+    let server = start(|_| {}).await;
     let c = Client::insecure();
     let plain = c.get(server.addr, "/livez").await;
     assert_eq!((plain.status, plain.body.as_str()), (StatusCode::OK, "ok"));
@@ -44,7 +44,7 @@ async fn livez_plain_and_verbose() {
 
 #[tokio::test]
 async fn readyz_fails_without_data_then_passes_after_the_startup_timeout() {
-    let server = start(&["--readiness-timeout=1500ms"]).await;
+    let server = start(|s| s.readiness_timeout = Some(Duration::from_millis(1500))).await;
     let c = Client::insecure();
     let cold = c.get(server.addr, "/readyz?verbose").await;
     assert_eq!(
@@ -80,9 +80,18 @@ async fn readyz_fails_without_data_then_passes_after_the_startup_timeout() {
 
 #[tokio::test]
 async fn readyz_never_passes_without_data_when_the_timeout_is_off() {
-    let server = start(&["--readiness-timeout=0s"]).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let r = Client::insecure().get(server.addr, "/readyz").await;
+    let off = start(|s| s.readiness_timeout = None).await;
+    // A server started after it with a 1 ms timeout: once that one passes, the timeout
+    // would have passed for `off` too (the clock is covered in `health`'s unit tests).
+    let on = start(|s| s.readiness_timeout = Some(Duration::from_millis(1))).await;
+    eventually(Duration::from_secs(10), || async {
+        let r = Client::insecure().get(on.addr, "/readyz").await;
+        (r.status == StatusCode::OK).then_some(())
+    })
+    .await
+    .expect("the server with a timeout passes");
+    let r = Client::insecure().get(off.addr, "/readyz").await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    server.shutdown.cancel();
+    off.shutdown.cancel();
+    on.shutdown.cancel();
 }

@@ -8,11 +8,11 @@ use futures::future::BoxFuture;
 use http::request::Parts;
 use http::{StatusCode, Version};
 
-use crate::support::{Client, start, start_with};
+use crate::support::{Client, eventually, start, start_with};
 
 #[tokio::test]
 async fn alpn_picks_http1_or_h2() {
-    let server = start(&[]).await;
+    let server = start(|_| {}).await;
     let h2 = Client::insecure().get(server.addr, "/livez").await;
     assert_eq!(
         (h2.status, h2.version, h2.body.as_str()),
@@ -41,7 +41,7 @@ async fn alpn_picks_http1_or_h2() {
 
 #[tokio::test]
 async fn disable_http2_serving_leaves_only_http1() {
-    let server = start(&["--disable-http2-serving"]).await;
+    let server = start(|s| s.serving.http2 = false).await;
     let stream = Client::insecure().connect(server.addr).await.unwrap();
     assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
     drop(stream);
@@ -60,7 +60,7 @@ async fn disable_http2_serving_leaves_only_http1() {
 
 #[tokio::test]
 async fn unknown_paths_get_a_404_status() {
-    let server = start(&[]).await;
+    let server = start(|_| {}).await;
     for path in [
         "/apis/example.com/v1/things",
         "/nothing",
@@ -99,14 +99,14 @@ impl Filter for ShowPeer {
                 }
                 None => "none".to_owned(),
             };
-            Verdict::Reject(http::Response::new(apiserver::full(who)))
+            Verdict::Reject(http::Response::new(apiserver::body::full(who)))
         })
     }
 }
 
 #[tokio::test]
 async fn client_certificates_reach_the_filters_without_being_required() {
-    let server = start_with(&[], vec![Arc::new(ShowPeer)], None).await;
+    let server = start_with(|_| {}, vec![Arc::new(ShowPeer)], None).await;
     let anonymous = Client::insecure().get(server.addr, "/livez").await;
     assert_eq!(anonymous.body, "none");
 
@@ -133,7 +133,11 @@ async fn client_certificates_reach_the_filters_without_being_required() {
 
 #[tokio::test]
 async fn shutdown_fails_readyz_during_the_delay_then_stops_serving() {
-    let server = start(&["--shutdown-delay-duration=1s", "--readiness-timeout=1ms"]).await;
+    let server = start(|s| {
+        s.shutdown_delay = Duration::from_secs(1);
+        s.readiness_timeout = Some(Duration::from_millis(1));
+    })
+    .await;
     let before = Client::insecure().get(server.addr, "/readyz").await;
     assert_eq!(before.status, StatusCode::OK, "{}", before.body);
 
@@ -145,9 +149,13 @@ async fn shutdown_fails_readyz_during_the_delay_then_stops_serving() {
         .unwrap();
 
     server.shutdown.cancel();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let during = Client::insecure().get(server.addr, "/readyz").await;
-    assert_eq!(during.status, StatusCode::INTERNAL_SERVER_ERROR);
+    // Shutdown has begun once /readyz fails.
+    let during = eventually(Duration::from_secs(5), || async {
+        let r = Client::insecure().get(server.addr, "/readyz").await;
+        (r.status == StatusCode::INTERNAL_SERVER_ERROR).then_some(r)
+    })
+    .await
+    .expect("/readyz fails once shutdown has begun");
     assert!(
         during
             .body

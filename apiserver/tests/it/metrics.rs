@@ -128,7 +128,7 @@ fn split_labels(s: &str) -> Vec<&str> {
 
 #[tokio::test]
 async fn metrics_is_prometheus_text() {
-    let server = start(&[]).await;
+    let server = start(|_| {}).await;
     let c = Client::insecure();
     // Requests to count.
     c.get(server.addr, "/livez").await;

@@ -7,16 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiserver::api::Api;
-use apiserver::health::{self, Health};
-use apiserver::selfmetrics::Requests;
-use apiserver::serve::{self, Router, Server, cert};
+use apiserver::serve;
+use apiserver::stack;
 use http::StatusCode;
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
 use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
-use scraper::scrape::Progress;
-use scraper::selector::LabelSelector;
 use scraper::store::Store;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -95,37 +91,12 @@ async fn start() -> Cluster {
         };
         store.ingest(&NodeName::from("n1"), &scrape, ts);
     }
-    let mut registry = Registry::default();
-    let api = Arc::new(Api::new(
-        inventory.clone(),
-        store.clone(),
-        LabelSelector::default(),
-        &mut registry,
-    ));
-    let requests = Requests::new(&mut registry);
-    let health = Arc::new(Health::new(
-        health::Config {
-            resolution: Duration::from_secs(15),
-            readiness_timeout: None,
-            started_ns: now,
-        },
-        Arc::new(health::Sources {
-            inventory,
-            store,
-            progress: Arc::new(Progress::completed()),
-            inventory_is_static: true,
-        }),
-    ));
-    let router = Router::new(health, api, Arc::new(registry), requests);
-    let key = cert::self_signed_in(tmp.path(), &["localhost".to_owned()]).unwrap();
-    let listener = serve::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let server = Server::new(
-        listener,
-        Arc::new(cert::Certs::new(key)),
-        Arc::new(router),
-        serve::Config::default(),
-    )
-    .unwrap();
+    let mut parts = stack::Parts::filled(inventory, store, Duration::from_secs(15));
+    parts.health.started_ns = now;
+    parts.shed = None;
+    let stack = stack::build_router(parts, Registry::default());
+    let server =
+        crate::support::local_server(tmp.path(), stack.router, serve::Config::default()).await;
     let addr = server.local_addr().unwrap();
     let shutdown = CancellationToken::new();
     tokio::spawn(server.run(shutdown.clone()));

@@ -1,7 +1,7 @@
-//! Delegated authentication and authorization wired from the flags, over real HTTPS, with no
+//! Delegated authentication and authorization wired from the settings, over real HTTPS, with no
 //! Kubernetes API reachable: what can be decided without a review (front-proxy and client-CA
 //! certificates, `system:masters`, the always-allowed paths) and what happens when a review is
-//! needed but fails. The reviews themselves are in `tests/conformance/tests/security.rs`.
+//! needed but fails. The reviews themselves are in `tests/conformance/tests/it/security.rs`.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apiserver::auth::{Attributes, UserInfo};
-use apiserver::config::Config;
+use apiserver::config::Settings;
 use apiserver::run::{Auth, Cluster, Setup};
 use apiserver::serve::{Filter, Verdict};
-use clap::Parser;
 use futures::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
@@ -52,24 +51,17 @@ impl Pki {
         self.dir.path().join(name)
     }
 
-    /// Flags: both CAs from files (so no ConfigMap lookup), allowed name
+    /// Settings: both CAs from files (so no ConfigMap lookup), allowed name
     /// `front-proxy-client`, and a kubeconfig whose API server refuses connections.
-    fn flags(&self) -> Vec<String> {
-        vec![
-            format!("--kubeconfig={}", self.path("kubeconfig").display()),
-            format!(
-                "--requestheader-client-ca-file={}",
-                self.path("front-proxy-ca.crt").display()
-            ),
-            "--requestheader-allowed-names=front-proxy-client".to_owned(),
-            format!("--client-ca-file={}", self.path("client-ca.crt").display()),
-        ]
+    fn settings(&self, s: &mut Settings) {
+        s.kubeconfig = Some(self.path("kubeconfig"));
+        s.authn.requestheader_client_ca_file = Some(self.path("front-proxy-ca.crt"));
+        s.authn.requestheader_allowed_names = vec!["front-proxy-client".to_owned()];
+        s.authn.client_ca_file = Some(self.path("client-ca.crt"));
     }
 
     async fn start(&self, filters: Vec<Arc<dyn Filter>>) -> Running {
-        let flags = self.flags();
-        let args: Vec<&str> = flags.iter().map(String::as_str).collect();
-        launch(&args, filters, None, Auth::FromFlags).await
+        launch(|s| self.settings(s), filters, None, Auth::FromSettings).await
     }
 }
 
@@ -368,7 +360,7 @@ impl Filter for Echo {
             Verdict::Reject(
                 http::Response::builder()
                     .status(StatusCode::IM_A_TEAPOT)
-                    .body(apiserver::full(body.to_string()))
+                    .body(apiserver::body::full(body.to_string()))
                     .unwrap(),
             )
         })
@@ -412,23 +404,19 @@ async fn a_failed_configmap_lookup_stops_the_start_unless_tolerated() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     write_unreachable_kubeconfig(&kubeconfig);
-    let argv = |extra: &[&str]| {
-        let mut argv = vec![
-            "metrics-server".to_owned(),
-            "--metric-resolution=10s".to_owned(),
-            "--kubelet-request-timeout=1s".to_owned(),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--cert-dir={}", dir.path().join("certs").display()),
-        ];
-        argv.extend(extra.iter().map(|s| (*s).to_owned()));
-        Config::try_parse_from(argv).unwrap()
+    let settings = |client_ca_file: Option<PathBuf>| {
+        let mut s = crate::support::settings(dir.path());
+        s.kubelet.insecure_tls = false;
+        s.kubeconfig = Some(kubeconfig.clone());
+        s.authn.client_ca_file = client_ca_file;
+        s
     };
     let setup = || Setup {
         listener: None,
         cluster: Cluster::Static(Arc::new(Inventory::new())),
         ..Setup::default()
     };
-    let error = apiserver::run::run_with(argv(&[]), setup(), CancellationToken::new())
+    let error = apiserver::run::run_with(settings(None), setup(), CancellationToken::new())
         .await
         .unwrap_err();
     assert!(
@@ -441,19 +429,21 @@ async fn a_failed_configmap_lookup_stops_the_start_unless_tolerated() {
 
     // A client CA file that is not a certificate is a configuration error.
     std::fs::write(dir.path().join("bad.crt"), "not pem").unwrap();
-    let bad = format!("--client-ca-file={}", dir.path().join("bad.crt").display());
-    let error = apiserver::run::run_with(argv(&[&bad]), setup(), CancellationToken::new())
+    let bad = dir.path().join("bad.crt");
+    let error = apiserver::run::run_with(settings(Some(bad)), setup(), CancellationToken::new())
         .await
         .unwrap_err();
     assert_eq!(error.exit_code(), 64, "{error}");
 
     // Tolerated: it serves, and with no trust at all every spoofed header is anonymous.
-    let k = format!("--kubeconfig={}", kubeconfig.display());
     let server = launch(
-        &[&k, "--authentication-tolerate-lookup-failure"],
+        |s| {
+            s.kubeconfig = Some(kubeconfig.clone());
+            s.authn.tolerate_lookup_failure = true;
+        },
         Vec::new(),
         None,
-        Auth::FromFlags,
+        Auth::FromSettings,
     )
     .await;
     let r = with_cert(&Ca::new("any").unwrap(), "front-proxy-client", &[])

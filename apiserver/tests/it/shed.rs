@@ -13,21 +13,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver::api::Api;
 use apiserver::auth::UserInfo;
-use apiserver::health::{self, Health};
-use apiserver::selfmetrics::{self, Requests};
-use apiserver::serve::{self, Filter, Router, Server, Verdict, cert};
+use apiserver::serve::{self, Filter, Verdict};
 use apiserver::shed::class::Class;
 use apiserver::shed::{self, Admission};
+use apiserver::stack;
 use futures::future::BoxFuture;
 use http::StatusCode;
 use http::request::Parts;
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
 use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
-use scraper::scrape::Progress;
-use scraper::selector::LabelSelector;
 use scraper::store::Store;
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -88,7 +84,7 @@ impl Filter for Slow {
     }
 }
 
-/// A server assembled as `run` assembles it, with the test's store and filters.
+/// A server assembled as `run` assembles it ([`stack`]), with the test's store and filters.
 struct Stack {
     addr: SocketAddr,
     store: Arc<Store>,
@@ -112,48 +108,18 @@ impl Stack {
         let store = Arc::new(Store::new(scraper::store::Config::new(
             Duration::from_secs(15),
         )));
-        let mut registry = Registry::default();
-        let api = Arc::new(Api::new(
-            inventory.clone(),
-            store.clone(),
-            LabelSelector::default(),
-            &mut registry,
-        ));
-        let requests = Requests::new(&mut registry);
-        let admission = Arc::new(Admission::new(
-            config,
-            store.clone(),
-            Arc::new(Progress::completed()),
-            &mut registry,
-        ));
-        selfmetrics::register_process_metrics(&mut registry);
-        let health = Arc::new(Health::new(
-            health::Config {
-                resolution: Duration::from_secs(15),
-                readiness_timeout: None,
-                started_ns: serve::router::unix_now_ns(),
+        let stack = stack::build_router(
+            stack::Parts {
+                shed: Some(config),
+                authentication: vec![Arc::new(Identify)],
+                authorization: vec![Arc::new(Slow)],
+                ..stack::Parts::filled(inventory, store.clone(), Duration::from_secs(15))
             },
-            Arc::new(health::Sources {
-                inventory,
-                store: store.clone(),
-                progress: Arc::new(Progress::completed()),
-                inventory_is_static: true,
-            }),
-        ));
-        let router = Router::new(health, api, Arc::new(registry), requests)
-            .with_filter(Arc::new(Identify))
-            .with_filter(admission.clone())
-            .with_filter(Arc::new(Slow))
-            .with_filter(Arc::new(admission.cold_store()));
-        let key = cert::self_signed_in(tmp.path(), &["localhost".to_owned()]).unwrap();
-        let listener = serve::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let server = Server::new(
-            listener,
-            Arc::new(cert::Certs::new(key)),
-            Arc::new(router),
-            serve::Config::default(),
-        )
-        .unwrap();
+            Registry::default(),
+        );
+        let admission = stack.admission.unwrap();
+        let server =
+            crate::support::local_server(tmp.path(), stack.router, serve::Config::default()).await;
         let addr = server.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         tokio::spawn(server.run(shutdown.clone()));
@@ -489,9 +455,9 @@ async fn a_cold_store_rejects_cluster_wide_lists_and_serves_the_rest() {
 }
 
 #[tokio::test]
-async fn run_wires_admission_from_the_flags() {
+async fn run_wires_admission_from_the_settings() {
     // No kubelets: the store stays cold for the whole test.
-    let server = start(&["--max-requests-inflight=10"]).await;
+    let server = start(|s| s.shed.max_in_flight = 10).await;
     let client = Client::insecure();
     let r = client.get(server.addr, &format!("{V1}/pods")).await;
     let first = assert_429(&r, shed::INITIALIZING);
@@ -517,8 +483,8 @@ async fn run_wires_admission_from_the_flags() {
     assert_eq!(assert_429(&r, shed::INITIALIZING), 2);
     server.shutdown.cancel();
 
-    // --cold-store-window=0s turns the rule off.
-    let server = start(&["--cold-store-window=0s"]).await;
+    // A zero cold-store window turns the rule off.
+    let server = start(|s| s.shed.cold_store_window = Duration::ZERO).await;
     let r = client.get(server.addr, &format!("{V1}/pods")).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     server.shutdown.cancel();
@@ -526,14 +492,14 @@ async fn run_wires_admission_from_the_flags() {
 
 #[test]
 fn shedding_flags_parse_and_validate() {
-    use apiserver::config::Config;
+    use apiserver::cli::Flags;
     use clap::Parser;
     let parse = |args: &[&str]| {
         let mut argv = vec!["metrics-server"];
         argv.extend_from_slice(args);
-        Config::try_parse_from(argv).unwrap()
+        Flags::try_parse_from(argv).unwrap()
     };
-    let defaults = parse(&[]).shed();
+    let defaults = parse(&[]).settings().unwrap().shed;
     assert_eq!(defaults.max_in_flight, 400);
     assert_eq!(defaults.limits().map(|l| l.seats), [100, 300]);
     assert_eq!(defaults.queue_wait, Duration::from_secs(3));
@@ -549,7 +515,7 @@ fn shedding_flags_parse_and_validate() {
         "--request-queue-wait=500ms",
         "--request-queue-length-per-user=0",
     ]);
-    let s = c.shed();
+    let s = c.settings().unwrap().shed;
     assert_eq!(s.limits().map(|l| l.seats), [200, 200]);
     assert_eq!(s.queue_wait, Duration::from_millis(500));
     assert_eq!(s.queue_length_per_user, 0);

@@ -1,15 +1,16 @@
 //! Starting the server in-process and talking to it over TLS.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apiserver::config::Config;
+use apiserver::config::{Listen, ServingCert, Settings};
+use apiserver::credentials::Reloads;
 use apiserver::run::{Auth, Cluster, Setup};
-use apiserver::serve::Filter;
+use apiserver::serve::{self, Filter, Router, Server};
+use apiserver::stack;
 use bytes::Bytes;
-use clap::Parser;
 use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -39,25 +40,38 @@ impl Running {
     }
 }
 
+/// The settings every test server starts from: a 10 s resolution, 1 s kubelet timeout,
+/// kubelet certificates not verified, a 5 s drain, the self-signed certificate in
+/// `dir/certs`.
+pub(crate) fn settings(dir: &Path) -> Settings {
+    let mut settings = Settings::for_resolution(Duration::from_secs(10));
+    settings.scrape.request_timeout = Duration::from_secs(1);
+    settings.kubelet_client.timeout = Duration::from_secs(1);
+    settings.kubelet.insecure_tls = true;
+    settings.serving.drain_timeout = Duration::from_secs(5);
+    settings.listen.cert = ServingCert::self_signed_in(dir.join("certs"));
+    settings
+}
+
 /// Starts the server with a static (synced, empty) inventory, short timings, authentication
-/// and authorization off, and `args` after the defaults (a later flag wins), and waits until
-/// it answers.
-pub(crate) async fn start(args: &[&str]) -> Running {
-    start_with(args, Vec::new(), None).await
+/// and authorization off, and the [`settings`] as `edit` leaves them, and waits until it
+/// answers.
+pub(crate) async fn start(edit: impl FnOnce(&mut Settings)) -> Running {
+    start_with(edit, Vec::new(), None).await
 }
 
 /// [`start`] with filters, and a temporary directory of the caller's.
 pub(crate) async fn start_with(
-    args: &[&str],
+    edit: impl FnOnce(&mut Settings),
     filters: Vec<Arc<dyn Filter>>,
     tmp: Option<tempfile::TempDir>,
 ) -> Running {
-    launch(args, filters, tmp, Auth::DisabledForTesting).await
+    launch(edit, filters, tmp, Auth::DisabledForTesting).await
 }
 
 /// [`start_with`] with a choice of authentication and authorization.
 pub(crate) async fn launch(
-    args: &[&str],
+    edit: impl FnOnce(&mut Settings),
     filters: Vec<Arc<dyn Filter>>,
     tmp: Option<tempfile::TempDir>,
     auth: Auth,
@@ -65,16 +79,8 @@ pub(crate) async fn launch(
     tls::provider::install_default();
     let tmp = tmp.unwrap_or_else(|| tempfile::tempdir().unwrap());
     let dir = tmp.path().to_path_buf();
-    let cert_dir = format!("--cert-dir={}", dir.join("certs").display());
-    let mut argv = vec![
-        "metrics-server",
-        "--metric-resolution=10s",
-        "--kubelet-request-timeout=1s",
-        "--kubelet-insecure-tls",
-        &cert_dir,
-    ];
-    argv.extend_from_slice(args);
-    let config = Config::try_parse_from(argv).unwrap();
+    let mut config = settings(&dir);
+    edit(&mut config);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
@@ -85,7 +91,6 @@ pub(crate) async fn launch(
         cluster: Cluster::Static(Arc::new(Inventory::new())),
         cert_reload_interval: Duration::from_millis(200),
         reloads: reloads.clone(),
-        drain_timeout: Duration::from_secs(5),
         auth,
         filters,
     };
@@ -109,6 +114,21 @@ pub(crate) async fn launch(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     running
+}
+
+/// A server for `router` on a free port of 127.0.0.1, with a self-signed `localhost`
+/// certificate in `dir` (the stacks tests assemble with [`stack::build_router`]).
+pub(crate) async fn local_server(dir: &Path, router: Arc<Router>, config: serve::Config) -> Server {
+    stack::serve(
+        &Listen::local(dir),
+        None,
+        router,
+        config,
+        &Reloads::default(),
+    )
+    .await
+    .unwrap()
+    .0
 }
 
 /// A TLS client.

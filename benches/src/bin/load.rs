@@ -15,6 +15,9 @@
 //! (defaults 10, 32, 200, none; each node has 30 pods in 20 namespaces; QUERY is added to the
 //! flood's list, e.g. `labelSelector=app%3Ddeploy-7` for a selective cluster-wide list).
 
+// A harness, not the product: it may read std's clocks (clippy.toml disallows them).
+#![allow(clippy::disallowed_methods)]
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,12 +26,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use apiserver::api::Api;
 use apiserver::auth::UserInfo;
-use apiserver::health::{self, Health};
-use apiserver::selfmetrics::{self, Requests};
-use apiserver::serve::{self, Filter, Router, Server, Verdict, cert};
-use apiserver::shed::{self, Admission};
+use apiserver::config::Listen;
+use apiserver::credentials::Reloads;
+use apiserver::serve::{self, Filter, Verdict};
+use apiserver::shed;
+use apiserver::stack;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::request::Parts;
@@ -37,8 +40,6 @@ use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
 use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
-use scraper::scrape::Progress;
-use scraper::selector::LabelSelector;
 use scraper::store::Store;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsConnector;
@@ -136,7 +137,9 @@ fn synthetic(nodes: usize) -> (Arc<Inventory>, Arc<Store>) {
     (inventory, store)
 }
 
-/// Starts the server; `shedding` inserts the admission filter as `run` does.
+/// Starts the server as `run` assembles it ([`stack`]); `shedding: None` leaves out the
+/// admission and cold-store filters. The store is filled by the harness: no scrape loop,
+/// nothing to warm up.
 async fn serve(
     inventory: Arc<Inventory>,
     store: Arc<Store>,
@@ -144,55 +147,25 @@ async fn serve(
     dir: &std::path::Path,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, Arc<Registry>)> {
-    let mut registry = Registry::default();
-    let api = Arc::new(Api::new(
-        inventory.clone(),
-        store.clone(),
-        LabelSelector::default(),
-        &mut registry,
-    ));
-    let requests = Requests::new(&mut registry);
-    // The store is filled by the harness: no scrape loop, nothing to warm up.
-    let progress = Arc::new(Progress::completed());
-    let admission = shedding.map(|config| {
-        Arc::new(Admission::new(
-            config,
-            store.clone(),
-            progress.clone(),
-            &mut registry,
-        ))
-    });
-    selfmetrics::register_process_metrics(&mut registry);
-    let health = Arc::new(Health::new(
-        health::Config {
-            resolution: Duration::from_secs(15),
-            readiness_timeout: None,
-            started_ns: serve::router::unix_now_ns(),
+    let stack = stack::build_router(
+        stack::Parts {
+            shed: shedding,
+            authentication: vec![Arc::new(Identify)],
+            ..stack::Parts::filled(inventory, store, Duration::from_secs(15))
         },
-        Arc::new(health::Sources {
-            inventory,
-            store,
-            progress,
-            inventory_is_static: true,
-        }),
-    ));
-    let registry = Arc::new(registry);
-    let mut router =
-        Router::new(health, api, registry.clone(), requests).with_filter(Arc::new(Identify));
-    if let Some(admission) = admission {
-        router = router.with_filter(admission);
-    }
-    let key = cert::self_signed_in(dir, &["localhost".to_owned()])?;
-    let listener = serve::bind("127.0.0.1:0".parse()?).await?;
-    let server = Server::new(
-        listener,
-        Arc::new(cert::Certs::new(key)),
-        Arc::new(router),
+        Registry::default(),
+    );
+    let (server, _) = stack::serve(
+        &Listen::local(dir),
+        None,
+        stack.router,
         serve::Config::default(),
-    )?;
+        &Reloads::default(),
+    )
+    .await?;
     let addr = server.local_addr()?;
     tokio::spawn(server.run(shutdown));
-    Ok((addr, registry))
+    Ok((addr, stack.registry))
 }
 
 /// What one client saw.

@@ -388,6 +388,7 @@ fn big_inventory(pods: usize) -> (Inventory, Vec<PodRecord>) {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // Measures real time on purpose.
 fn pods_none_at_150k_is_fast_enough() {
     let (inv, records) = big_inventory(150_000);
     inv.replace_pods(records);

@@ -1,6 +1,6 @@
 //! Loop scheduling under a paused clock. Nodes here have no usable address, so every scrape
 //! fails at once without I/O and the timing of each attempt is the schedule itself. Real
-//! HTTPS scrapes are in `tests/conformance/tests/scrape.rs`.
+//! HTTPS scrapes are in `tests/conformance/tests/it/scrape.rs`.
 
 use super::*;
 use crate::inventory::Labels;

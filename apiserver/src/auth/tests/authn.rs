@@ -315,7 +315,8 @@ async fn token_review_accepts_rejects_and_caches() {
             (200, json!({"authenticated": false}))
         }
     });
-    let auth = with_tokens(&api, Duration::from_millis(1500)).await;
+    let ttl = Duration::from_secs(10);
+    let auth = with_tokens(&api, ttl).await;
 
     let mut h = bearer("good");
     let user = auth.authenticate(&mut h, None).await.expect("user");
@@ -347,7 +348,7 @@ async fn token_review_accepts_rejects_and_caches() {
     assert!(auth.authenticate(&mut bearer("bad"), None).await.is_err());
     assert_eq!(api.token_review_count(), 2);
 
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    jump(ttl + Duration::from_millis(1)).await;
     auth.authenticate(&mut bearer("good"), None)
         .await
         .expect("user");

@@ -98,11 +98,8 @@ async fn non_resource_paths_are_reviewed_as_paths() {
 async fn answers_are_cached_for_their_ttl() {
     let api = FakeApi::start().await;
     api.answer_access(allow_if("alice"));
-    let authz = authorizer(
-        &api,
-        Duration::from_millis(1500),
-        Duration::from_millis(1500),
-    );
+    let ttl = Duration::from_secs(10);
+    let authz = authorizer(&api, ttl, ttl);
     let attrs = get("/apis/metrics.k8s.io/v1beta1/nodes", None);
     let bob = UserInfo {
         name: "bob".into(),
@@ -133,7 +130,7 @@ async fn answers_are_cached_for_their_ttl() {
         "other attributes are another review"
     );
 
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    jump(ttl + Duration::from_millis(1)).await;
     assert_eq!(authz.authorize(&alice(), &attrs).await, Decision::Allow);
     assert_eq!(
         api.access_review_count(),

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::Body;
+use crate::body::Body;
 
 type Answer = Box<dyn Fn(&Value) -> (u16, Value) + Send + Sync>;
 
@@ -213,7 +213,7 @@ fn status_json(code: u16, reason: &str) -> Value {
 }
 
 fn respond(code: u16, body: &Value) -> Response<Body> {
-    let mut response = Response::new(crate::full(body.to_string()));
+    let mut response = Response::new(crate::body::full(body.to_string()));
     *response.status_mut() =
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(

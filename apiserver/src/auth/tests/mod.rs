@@ -116,3 +116,13 @@ pub(super) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
 pub(super) fn has_identity_headers(h: &HeaderMap) -> bool {
     h.keys().any(|k| k.as_str().starts_with("x-remote-"))
 }
+
+/// Moves Tokio's clock (which the review caches read) `by` forward at once, instead of
+/// sleeping through a TTL: the clock is paused only for the jump, so the fake API's real
+/// I/O before and after runs on a running clock (a paused one would auto-advance into the
+/// review timeouts while a request waits on the socket).
+pub(super) async fn jump(by: std::time::Duration) {
+    tokio::time::pause();
+    tokio::time::advance(by).await;
+    tokio::time::resume();
+}

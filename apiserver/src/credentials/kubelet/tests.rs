@@ -4,20 +4,29 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use clap::Parser;
 
 use super::*;
-use crate::config::Config;
 
-fn flags(args: &[&str]) -> Config {
-    let mut argv = vec!["metrics-server"];
-    argv.extend_from_slice(args);
-    Config::try_parse_from(argv).unwrap()
+/// The default kubelet settings, edited.
+fn flags(edit: impl FnOnce(&mut Config)) -> Config {
+    let mut config = Config::default();
+    edit(&mut config);
+    config
 }
 
-/// The client settings for these flags and kubeconfig.
+/// The default kubelet settings.
+fn defaults() -> Config {
+    Config::default()
+}
+
+/// `--kubelet-insecure-tls`.
+fn insecure() -> Config {
+    flags(|c| c.insecure_tls = true)
+}
+
+/// The client settings for these flags and kubeconfig, over the default transport.
 fn config(flags: &Config, kube: Option<&kube::Config>) -> Result<client::Config, FlagError> {
-    settings(&flags.kubelet, kube).map(|s| s.config)
+    settings(flags, client::Config::default(), kube).map(|s| s.config)
 }
 
 #[test]
@@ -26,7 +35,7 @@ fn kubelet_credentials_come_from_the_kubeconfig() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.root_cert = Some(vec![ca.cert().to_vec()]);
     kube.auth_info.token = Some("sa-token\n".to_owned().into());
-    let c = config(&flags(&[]), Some(&kube)).unwrap();
+    let c = config(&defaults(), Some(&kube)).unwrap();
     match &c.verify {
         tls::client::Verify::Roots(roots) => assert_eq!(roots, &[ca.cert().clone()]),
         other => panic!("{other:?}"),
@@ -36,7 +45,13 @@ fn kubelet_credentials_come_from_the_kubeconfig() {
     assert_eq!(c.timeout, Duration::from_secs(10));
     assert_eq!(c.max_body_bytes, 64 << 20);
     assert!(c.keep_alive);
-    let closed = config(&flags(&["--kubelet-keep-alive=false"]), Some(&kube)).unwrap();
+    let transport = client::Config {
+        keep_alive: false,
+        ..client::Config::default()
+    };
+    let closed = settings(&defaults(), transport, Some(&kube))
+        .unwrap()
+        .config;
     assert!(!closed.keep_alive);
 }
 
@@ -59,11 +74,10 @@ fn kubelet_flags_override_the_kubeconfig() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.root_cert = Some(vec![tls::issue::Ca::new("other").unwrap().cert().to_vec()]);
     let c = config(
-        &flags(&[
-            &format!("--kubelet-certificate-authority={}", ca_path.display()),
-            &format!("--kubelet-client-certificate={}", cert_path.display()),
-            &format!("--kubelet-client-key={}", key_path.display()),
-        ]),
+        &flags(|c| {
+            c.ca_file = Some(ca_path.clone());
+            c.client_cert = Some((cert_path.clone(), key_path.clone()));
+        }),
         Some(&kube),
     )
     .unwrap();
@@ -73,7 +87,7 @@ fn kubelet_flags_override_the_kubeconfig() {
     }
     assert_eq!(c.identity.unwrap().chain, client.identity.chain);
 
-    let c = config(&flags(&["--kubelet-insecure-tls"]), Some(&kube)).unwrap();
+    let c = config(&insecure(), Some(&kube)).unwrap();
     assert!(matches!(c.verify, tls::client::Verify::Insecure));
 }
 
@@ -81,11 +95,11 @@ fn kubelet_flags_override_the_kubeconfig() {
 fn completely_insecure_sends_no_credentials() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.auth_info.token = Some("secret".to_owned().into());
-    let c = config(
-        &flags(&["--deprecated-kubelet-completely-insecure"]),
-        Some(&kube),
-    )
-    .unwrap();
+    let plain = client::Config {
+        plain_http: true,
+        ..client::Config::default()
+    };
+    let c = settings(&defaults(), plain, Some(&kube)).unwrap().config;
     assert!(c.plain_http);
     assert!(c.bearer_token.is_none());
     assert!(c.identity.is_none());
@@ -105,18 +119,18 @@ fn kubeconfig_client_certificate_data_is_used() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.auth_info.client_certificate_data = Some(b64(&client.cert_pem));
     kube.auth_info.client_key_data = Some(b64(&client.key_pem).into());
-    let c = config(&flags(&[]), Some(&kube)).unwrap();
+    let c = config(&defaults(), Some(&kube)).unwrap();
     assert_eq!(c.identity.unwrap().chain, client.identity.chain);
     // Garbage is a configuration error, not a panic.
     kube.auth_info.client_certificate_data = Some("!!!".to_owned());
-    let err = config(&flags(&[]), Some(&kube)).unwrap_err();
+    let err = config(&defaults(), Some(&kube)).unwrap_err();
     assert_eq!(err.flag, "--kubeconfig");
 }
 
 #[test]
 fn missing_kubelet_ca_file_is_a_configuration_error() {
     let err = config(
-        &flags(&["--kubelet-certificate-authority=/nonexistent/ca.crt"]),
+        &flags(|c| c.ca_file = Some("/nonexistent/ca.crt".into())),
         None,
     )
     .unwrap_err();
@@ -144,7 +158,7 @@ fn the_token_file_is_read_trimmed_and_watched() {
     let token = dir.path().join("token");
     std::fs::write(&token, "first\n").unwrap();
     let kube = token_file_kubeconfig(&token);
-    let s = settings(&flags(&[]).kubelet, Some(&kube)).unwrap();
+    let s = settings(&defaults(), client::Config::default(), Some(&kube)).unwrap();
     assert_eq!(s.config.bearer_token.as_deref(), Some("first"));
     let client = Client::new(s.config).unwrap();
     let mut reloaders = s.files.reloaders(&client, &Reloads::default());
@@ -165,7 +179,7 @@ fn the_token_file_is_read_trimmed_and_watched() {
     // A literal token in the kubeconfig wins over the file and is not watched.
     let mut literal = token_file_kubeconfig(&token);
     literal.auth_info.token = Some("literal".to_owned().into());
-    let s = settings(&flags(&[]).kubelet, Some(&literal)).unwrap();
+    let s = settings(&defaults(), client::Config::default(), Some(&literal)).unwrap();
     assert_eq!(s.config.bearer_token.as_deref(), Some("literal"));
     assert!(s.files.is_empty());
 }
@@ -175,11 +189,11 @@ fn an_empty_or_missing_token_file_at_start_is_a_configuration_error() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "\n").unwrap();
-    let err = config(&flags(&[]), Some(&token_file_kubeconfig(&token))).unwrap_err();
+    let err = config(&defaults(), Some(&token_file_kubeconfig(&token))).unwrap_err();
     assert_eq!(err.flag, "--kubeconfig");
     assert!(err.to_string().contains("the token file is empty"), "{err}");
     let err = config(
-        &flags(&[]),
+        &defaults(),
         Some(&token_file_kubeconfig(&dir.path().join("absent"))),
     )
     .unwrap_err();
@@ -212,17 +226,10 @@ impl Pki {
     }
 
     fn flags(&self) -> Config {
-        flags(&[
-            &format!(
-                "--kubelet-certificate-authority={}",
-                self.path("ca.crt").display()
-            ),
-            &format!(
-                "--kubelet-client-certificate={}",
-                self.path("client.crt").display()
-            ),
-            &format!("--kubelet-client-key={}", self.path("client.key").display()),
-        ])
+        flags(|c| {
+            c.ca_file = Some(self.path("ca.crt"));
+            c.client_cert = Some((self.path("client.crt"), self.path("client.key")));
+        })
     }
 }
 
@@ -237,7 +244,7 @@ fn client_spec() -> tls::issue::LeafSpec {
 #[test]
 fn the_client_certificate_and_ca_files_are_watched_and_bad_ones_refused() {
     let files = Pki::new();
-    let s = settings(&files.flags().kubelet, None).unwrap();
+    let s = settings(&files.flags(), client::Config::default(), None).unwrap();
     let client = Client::new(s.config).unwrap();
     let mut reloaders = s.files.reloaders(&client, &Reloads::default());
     assert_eq!(
@@ -297,7 +304,7 @@ fn the_in_cluster_ca_file_is_watched_when_no_flag_names_a_ca() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.root_cert_file = Some(files.path("ca.crt"));
     kube.root_cert = Some(vec![files.ca.cert().to_vec()]);
-    let s = settings(&flags(&[]).kubelet, Some(&kube)).unwrap();
+    let s = settings(&defaults(), client::Config::default(), Some(&kube)).unwrap();
     match &s.config.verify {
         tls::client::Verify::Roots(roots) => assert_eq!(roots, &[files.ca.cert().clone()]),
         other => panic!("{other:?}"),
@@ -306,7 +313,7 @@ fn the_in_cluster_ca_file_is_watched_when_no_flag_names_a_ca() {
     let reloaders = s.files.reloaders(&client, &Reloads::default());
     assert_eq!(names(&reloaders), ["kubelet certificate authority"]);
     // With --kubelet-insecure-tls nothing is verified, so nothing is watched.
-    let s = settings(&flags(&["--kubelet-insecure-tls"]).kubelet, Some(&kube)).unwrap();
+    let s = settings(&insecure(), client::Config::default(), Some(&kube)).unwrap();
     assert!(s.files.is_empty());
 }
 
@@ -316,7 +323,7 @@ fn the_kubeconfig_client_certificate_files_are_watched_but_not_its_data() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.auth_info.client_certificate = Some(files.path("client.crt").display().to_string());
     kube.auth_info.client_key = Some(files.path("client.key").display().to_string());
-    let s = settings(&flags(&["--kubelet-insecure-tls"]).kubelet, Some(&kube)).unwrap();
+    let s = settings(&insecure(), client::Config::default(), Some(&kube)).unwrap();
     assert!(s.config.identity.is_some());
     let client = Client::new(s.config).unwrap();
     let mut reloaders = s.files.reloaders(&client, &Reloads::default());
@@ -330,7 +337,7 @@ fn the_kubeconfig_client_certificate_files_are_watched_but_not_its_data() {
     kube.auth_info.client_certificate_data = Some(b64(&issued.cert_pem));
     kube.auth_info.client_key = None;
     kube.auth_info.client_key_data = Some(b64(&issued.key_pem).into());
-    let s = settings(&flags(&["--kubelet-insecure-tls"]).kubelet, Some(&kube)).unwrap();
+    let s = settings(&insecure(), client::Config::default(), Some(&kube)).unwrap();
     assert_eq!(s.config.identity.unwrap().chain, issued.identity.chain);
     assert!(s.files.is_empty());
 }

@@ -33,7 +33,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 
 pub use self::accept::Accepts;
-use crate::Body;
+use crate::body::Body;
 
 /// Bodies up to this size are sent as they are: k8s.io/apiserver's
 /// `defaultGzipThresholdBytes` (compared with `>`, so exactly 128 KiB is not compressed).

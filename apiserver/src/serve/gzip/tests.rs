@@ -171,7 +171,7 @@ impl HttpBody for Counting {
 #[tokio::test]
 async fn large_bodies_are_gzip_and_decompress_to_the_identity_bytes() {
     let body = text(300 * KIB);
-    let r = run(accepting("gzip"), ok(crate::full(body.clone()))).await;
+    let r = run(accepting("gzip"), ok(crate::body::full(body.clone()))).await;
     assert!(r.gzip());
     assert_eq!(r.vary(), ["Accept-Encoding"]);
     assert_eq!(r.headers[header::CONTENT_TYPE], "application/json");
@@ -189,7 +189,7 @@ async fn the_threshold_is_128_kib_exclusive() {
         (129 * KIB, true),
     ] {
         let body = text(len);
-        let r = run(accepting("gzip"), ok(crate::full(body.clone()))).await;
+        let r = run(accepting("gzip"), ok(crate::body::full(body.clone()))).await;
         assert_eq!(r.gzip(), gzip, "{len} bytes");
         assert_eq!(r.decoded(), body, "{len} bytes");
         if !gzip {
@@ -214,7 +214,7 @@ async fn clients_that_do_not_ask_get_identity() {
         accepting("*, gzip;q=0"),
         accepting("gzip;q=0.3, identity;q=0.9"),
     ] {
-        let r = run(accepts, ok(crate::full(body.clone()))).await;
+        let r = run(accepts, ok(crate::body::full(body.clone()))).await;
         assert!(!r.gzip(), "{accepts:?}");
         assert!(r.vary().is_empty());
         assert_eq!(r.bytes(), body);
@@ -235,7 +235,7 @@ async fn quality_values_and_wildcards_decide() {
         ("gzip;q=0, identity;q=0", false, false),
     ] {
         for (body, want) in [(&large, large_gzip), (&small, small_gzip)] {
-            let r = run(accepting(header), ok(crate::full(body.clone()))).await;
+            let r = run(accepting(header), ok(crate::body::full(body.clone()))).await;
             assert_eq!(r.gzip(), want, "{header}, {} bytes", body.len());
             assert_eq!(&r.decoded(), body);
         }
@@ -244,7 +244,7 @@ async fn quality_values_and_wildcards_decide() {
 
 #[tokio::test]
 async fn vary_is_added_beside_the_handlers_own() {
-    let mut response = ok(crate::full(text(200 * KIB)));
+    let mut response = ok(crate::body::full(text(200 * KIB)));
     response
         .headers_mut()
         .insert(header::VARY, HeaderValue::from_static("Accept"));
@@ -259,7 +259,7 @@ async fn vary_is_added_beside_the_handlers_own() {
 
 #[tokio::test]
 async fn bodiless_statuses_empty_bodies_and_encoded_responses_are_left_alone() {
-    let mut not_modified = Response::new(crate::full(Bytes::new()));
+    let mut not_modified = Response::new(crate::body::full(Bytes::new()));
     *not_modified.status_mut() = StatusCode::NOT_MODIFIED;
     let r = run(accepting("identity;q=0, gzip"), not_modified).await;
     assert!(!r.gzip());
@@ -270,7 +270,7 @@ async fn bodiless_statuses_empty_bodies_and_encoded_responses_are_left_alone() {
     assert!(!r.gzip());
     assert!(r.bytes().is_empty());
 
-    let mut encoded = ok(crate::full(noise(200 * KIB, 1)));
+    let mut encoded = ok(crate::body::full(noise(200 * KIB, 1)));
     encoded
         .headers_mut()
         .insert(header::CONTENT_ENCODING, HeaderValue::from_static("br"));
@@ -286,7 +286,7 @@ async fn errors_are_encoded_by_the_same_rule() {
     let r = run(accepting("gzip"), status).await;
     assert!(!r.gzip());
     // A large body with an error status is gzip like any other.
-    let mut large = ok(crate::full(text(200 * KIB)));
+    let mut large = ok(crate::body::full(text(200 * KIB)));
     *large.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     let encoded = encode(accepting("gzip"), large).await;
     assert_eq!(encoded.status(), StatusCode::INTERNAL_SERVER_ERROR);
@@ -432,7 +432,7 @@ async fn trailers_follow_the_gzip_trailer() {
 #[tokio::test]
 async fn a_large_buffered_body_is_compressed_in_slices() {
     let body = noise(1024 * KIB, 2);
-    let r = run(accepting("gzip"), ok(crate::full(body.clone()))).await;
+    let r = run(accepting("gzip"), ok(crate::body::full(body.clone()))).await;
     assert!(r.frames.len() > 10, "{} frames", r.frames.len());
     assert!(r.frames.iter().all(|f| f.len() <= 128 * KIB));
     assert_eq!(r.decoded(), body);

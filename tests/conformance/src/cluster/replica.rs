@@ -1,6 +1,7 @@
 //! The server's replicas, as the pods of its Deployment: each one in-process server
 //! ([`apiserver::run::run_with`]) on its own loopback port (its pod IP) with its own
-//! `--cert-dir` (its emptyDir) and the same flags, and an endpoint of the metrics-server
+//! `--cert-dir` (its emptyDir) and the same flags (parsed with [`apiserver::cli`], as the
+//! binary parses its container's arguments), and an endpoint of the metrics-server
 //! Service behind both APIServices; and the [`Cluster`] methods that wait for them, restart
 //! them one at a time as a rollout does, and talk to one directly.
 
@@ -64,14 +65,16 @@ pub(super) async fn start(
         argv.len().min(1),
         format!("--cert-dir={}", cert_dir.display()),
     );
-    let flags = apiserver::config::Config::try_parse_from(&argv)
+    let settings = apiserver::cli::Flags::try_parse_from(&argv)
+        .map_err(|e| Error::Flags(e.to_string()))?
+        .settings()
         .map_err(|e| Error::Flags(e.to_string()))?;
     let setup = apiserver::run::Setup {
         listener: Some(listener),
         ..apiserver::run::Setup::default()
     };
     let stop = parent.child_token();
-    let task = tokio::spawn(apiserver::run::run_with(flags, setup, stop.clone()));
+    let task = tokio::spawn(apiserver::run::run_with(settings, setup, stop.clone()));
     Ok(Replica {
         addr,
         generation,

@@ -6,8 +6,6 @@
 //! rendered YAML is turned into JSON with `kubectl annotate --local -o json` (no server) and
 //! checked here structurally.
 
-#![allow(clippy::unwrap_used)]
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

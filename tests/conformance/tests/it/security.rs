@@ -6,8 +6,6 @@
 //! The kubelet side (an untrusted kubelet certificate fails that node unless
 //! `--kubelet-insecure-tls`; the bearer token never goes over plain HTTP) is in `scrape.rs`.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -15,12 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apiserver::auth::UserInfo;
-use apiserver::config::Config;
+use apiserver::config::{ServingCert, Settings};
 use apiserver::credentials::Reloads;
 use apiserver::run::{Auth, Cluster, Setup};
 use apiserver::serve::{Filter, Verdict};
 use bytes::Bytes;
-use clap::Parser;
 use conformance::aggregator::{self, ApiService};
 use conformance::controlplane::{
     self, AUTHENTICATION_CONFIGMAP, Access, Body, ControlPlane, CoreApi, FRONT_PROXY_CLIENT,
@@ -244,7 +241,11 @@ async fn kube_config(cp: &ControlPlane, dir: &Path, token: &str) -> kube::Config
         .unwrap()
 }
 
-async fn start_server(cp: &ControlPlane, args: &[&str], filters: Vec<Arc<dyn Filter>>) -> Server {
+async fn start_server(
+    cp: &ControlPlane,
+    edit: impl FnOnce(&mut Settings),
+    filters: Vec<Arc<dyn Filter>>,
+) -> Server {
     tls::provider::install_default();
     cp.add_token(
         "metrics-server-sa",
@@ -252,15 +253,11 @@ async fn start_server(cp: &ControlPlane, args: &[&str], filters: Vec<Arc<dyn Fil
     );
     let dir = tempfile::tempdir().unwrap();
     let kube = kube_config(cp, dir.path(), "metrics-server-sa").await;
-    let cert_dir = format!("--cert-dir={}", dir.path().join("certs").display());
-    let mut argv = vec![
-        "metrics-server",
-        "--metric-resolution=15s",
-        "--kubelet-insecure-tls",
-        &cert_dir,
-    ];
-    argv.extend_from_slice(args);
-    let config = Config::try_parse_from(argv).unwrap();
+    let mut config = Settings::for_resolution(Duration::from_secs(15));
+    config.kubelet.insecure_tls = true;
+    config.listen.cert = ServingCert::self_signed_in(dir.path().join("certs"));
+    config.serving.drain_timeout = Duration::from_secs(2);
+    edit(&mut config);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
@@ -270,7 +267,6 @@ async fn start_server(cp: &ControlPlane, args: &[&str], filters: Vec<Arc<dyn Fil
         cluster: Cluster::Static(Arc::new(Inventory::new())),
         cert_reload_interval: Duration::from_millis(100),
         reloads: reloads.clone(),
-        drain_timeout: Duration::from_secs(2),
         auth: Auth::Kube(Box::new(kube)),
         filters,
     };
@@ -392,7 +388,7 @@ async fn spoofed_identity_headers_are_never_served_as_system_admin() {
     // Were system:admin ever believed, it would be served (system:masters, or this policy).
     cp.reviews()
         .set_policy(allow_if(|a| a.user == "system:admin"));
-    let server = start_server(&cp, &[], Vec::new()).await;
+    let server = start_server(&cp, |_| {}, Vec::new()).await;
     let path = "/apis/metrics.k8s.io/v1beta1/nodes";
 
     // No client certificate: anonymous; the review asks about system:anonymous: 403.
@@ -449,10 +445,10 @@ async fn front_proxy_attributes_reach_the_review_exactly_and_answers_are_cached(
         .set_policy(allow_if(|a| a.user == "alice" && a.resource == "pods"));
     let server = start_server(
         &cp,
-        &[
-            "--authorization-webhook-cache-authorized-ttl=1m",
-            "--authorization-webhook-cache-unauthorized-ttl=1m",
-        ],
+        |s| {
+            s.authz.authorized_ttl = Duration::from_secs(60);
+            s.authz.unauthorized_ttl = Duration::from_secs(60);
+        },
         Vec::new(),
     )
     .await;
@@ -536,7 +532,7 @@ async fn front_proxy_attributes_reach_the_review_exactly_and_answers_are_cached(
 async fn a_front_proxy_ca_rotated_in_the_configmap_takes_effect_within_seconds() {
     let shutdown = CancellationToken::new();
     let cp = control_plane(&shutdown).await;
-    let server = start_server(&cp, &[], Vec::new()).await;
+    let server = start_server(&cp, |_| {}, Vec::new()).await;
     let masters: &[(&str, &str)] = &[
         ("x-remote-user", "kube-aggregator"),
         ("x-remote-group", "system:masters"),
@@ -594,8 +590,12 @@ async fn a_client_ca_file_rotates_while_the_configmap_keeps_the_front_proxy_curr
         tls::issue::Ca::new("client-ca-b").unwrap(),
     );
     std::fs::write(&ca_file, ca_a.cert_pem()).unwrap();
-    let flag = format!("--client-ca-file={}", ca_file.display());
-    let server = start_server(&cp, &[&flag], Vec::new()).await;
+    let server = start_server(
+        &cp,
+        |s| s.authn.client_ca_file = Some(ca_file.clone()),
+        Vec::new(),
+    )
+    .await;
     let alice = |ca: &tls::issue::Ca| {
         ca.issue(&tls::issue::LeafSpec {
             common_name: "alice".to_owned(),
@@ -671,7 +671,7 @@ async fn health_is_anonymous_and_metrics_needs_authorization() {
     cp.reviews().set_policy(allow_if(|a| {
         a.user == "prometheus" && a.path.as_deref() == Some("/metrics")
     }));
-    let server = start_server(&cp, &[], Vec::new()).await;
+    let server = start_server(&cp, |_| {}, Vec::new()).await;
     for path in ["/healthz", "/livez"] {
         let (status, body) = must_get(server.addr, None, path, &[]).await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"), "{path}");
@@ -723,7 +723,7 @@ async fn a_bearer_token_is_reviewed_once_within_the_ttl() {
     cp.reviews().set_policy(allow_if(|a| a.user == "dave"));
     let server = start_server(
         &cp,
-        &["--authentication-token-webhook-cache-ttl=1m"],
+        |s| s.authn.token_webhook_cache_ttl = Duration::from_secs(60),
         Vec::new(),
     )
     .await;
@@ -796,7 +796,7 @@ impl Filter for ProbeStandIn {
             Verdict::Reject(
                 http::Response::builder()
                     .header(http::header::CONTENT_TYPE, "application/json")
-                    .body(apiserver::full(list.to_string()))
+                    .body(apiserver::body::full(list.to_string()))
                     .unwrap(),
             )
         })
@@ -807,7 +807,7 @@ impl Filter for ProbeStandIn {
 async fn the_aggregator_proxies_a_kubeconfig_user_and_the_server_asks_a_review() {
     let shutdown = CancellationToken::new();
     let cp = control_plane(&shutdown).await;
-    let server = start_server(&cp, &[], vec![Arc::new(ProbeStandIn)]).await;
+    let server = start_server(&cp, |_| {}, vec![Arc::new(ProbeStandIn)]).await;
     cp.aggregator()
         .register(ApiService::new("metrics.k8s.io", "v1beta1", &server.url()))
         .unwrap();

@@ -11,15 +11,12 @@
 //! last test runs the whole server against the simulated control plane with an in-cluster
 //! style token file.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver::credentials::{Counts, Reloads};
 use bytes::Bytes;
-use clap::Parser as _;
 use conformance::kubelet::{Content, Options, SimKubelet, SimNode};
 use http_body_util::{BodyExt, Empty};
 use parking_lot::Mutex;
@@ -128,7 +125,7 @@ impl NodeSource for Nodes {
     }
 }
 
-/// The scrape loop with the kubelet client and reloaders `run` builds from these flags.
+/// The scrape loop with the kubelet client and reloaders `run` builds from these settings.
 struct Loop {
     metrics: Arc<Metrics>,
     registry: Registry,
@@ -138,18 +135,19 @@ struct Loop {
 }
 
 impl Loop {
-    fn start(args: &[String], kube: Option<&kube::Config>, kubelets: &[SimKubelet]) -> Self {
+    fn start(
+        flags: &apiserver::credentials::kubelet::Config,
+        kube: Option<&kube::Config>,
+        kubelets: &[SimKubelet],
+    ) -> Self {
         tls::provider::install_default();
-        let mut argv = vec!["metrics-server".to_owned()];
-        argv.extend_from_slice(args);
-        let flags = apiserver::config::Config::try_parse_from(argv).unwrap();
-        let settings = apiserver::credentials::kubelet::settings(&flags.kubelet, kube).unwrap();
-        let resolution = Duration::from_millis(600);
-        let client = Client::new(scraper::kubelet::client::Config {
+        let transport = scraper::kubelet::client::Config {
             timeout: Duration::from_millis(500),
-            ..settings.config
-        })
-        .unwrap();
+            ..scraper::kubelet::client::Config::default()
+        };
+        let settings = apiserver::credentials::kubelet::settings(flags, transport, kube).unwrap();
+        let resolution = Duration::from_millis(600);
+        let client = Client::new(settings.config).unwrap();
         let reloads = Reloads::default();
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
@@ -263,8 +261,12 @@ fn marks(kubelets: &[SimKubelet]) -> Vec<u64> {
     kubelets.iter().map(SimKubelet::requests).collect()
 }
 
-fn ca_flag(path: &Path) -> String {
-    format!("--kubelet-certificate-authority={}", path.display())
+/// `--kubelet-certificate-authority=path`.
+fn ca_file_flag(path: &Path) -> apiserver::credentials::kubelet::Config {
+    apiserver::credentials::kubelet::Config {
+        ca_file: Some(path.to_path_buf()),
+        ..apiserver::credentials::kubelet::Config::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,7 +283,7 @@ async fn a_rotated_token_is_sent_from_the_next_scrape_and_none_fails() {
     let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     kube.auth_info.token_file = Some(volume.path("token").display().to_string());
     let l = Loop::start(
-        &[ca_flag(&dir.path().join("ca.crt"))],
+        &ca_file_flag(&dir.path().join("ca.crt")),
         Some(&kube),
         &kubelets,
     );
@@ -340,14 +342,10 @@ async fn a_rotated_client_certificate_is_presented_on_new_connections_and_none_f
         dir.path().join("client"),
         &[("tls.crt", &one.cert_pem), ("tls.key", &one.key_pem)],
     );
-    let flags = [
-        ca_flag(&dir.path().join("ca.crt")),
-        format!(
-            "--kubelet-client-certificate={}",
-            volume.path("tls.crt").display()
-        ),
-        format!("--kubelet-client-key={}", volume.path("tls.key").display()),
-    ];
+    let flags = apiserver::credentials::kubelet::Config {
+        client_cert: Some((volume.path("tls.crt"), volume.path("tls.key"))),
+        ..ca_file_flag(&dir.path().join("ca.crt"))
+    };
     let l = Loop::start(&flags, None, &kubelets);
     l.all_scrapes_succeed_after(&kubelets, &[0, 0]).await;
     let connections: Vec<u64> = kubelets.iter().map(SimKubelet::connections).collect();
@@ -400,7 +398,7 @@ async fn a_rotated_kubelet_ca_verifies_reissued_serving_certificates_and_none_fa
     let ca_file = dir.path().join("kubelet-ca.crt");
     std::fs::write(&ca_file, ca_1.cert_pem()).unwrap();
     let kubelets = kubelets(&ca_1, |o| o).await;
-    let l = Loop::start(&[ca_flag(&ca_file)], None, &kubelets);
+    let l = Loop::start(&ca_file_flag(&ca_file), None, &kubelets);
     l.all_scrapes_succeed_after(&kubelets, &[0, 0]).await;
 
     // The bundle gains the new CA, then the kubelets restart with certificates from it.
@@ -612,17 +610,14 @@ async fn the_server_sends_a_rotated_service_account_token_with_no_failed_scrape(
         ),
     )
     .unwrap();
-    let flags = apiserver::config::Config::try_parse_from([
-        "metrics-server".to_owned(),
-        format!("--kubeconfig={}", kubeconfig.display()),
-        format!("--cert-dir={}", dir.path().join("certs").display()),
-        "--metric-resolution=10s".to_owned(),
-        "--kubelet-request-timeout=5s".to_owned(),
-        "--kubelet-use-node-status-port".to_owned(),
-        "--kubelet-preferred-address-types=InternalIP".to_owned(),
-        ca_flag(&ca_file),
-    ])
-    .unwrap();
+    let mut settings = apiserver::config::Settings::for_resolution(Duration::from_secs(10));
+    settings.kubeconfig = Some(kubeconfig.clone());
+    settings.listen.cert = apiserver::config::ServingCert::self_signed_in(dir.path().join("certs"));
+    settings.scrape.request_timeout = Duration::from_secs(5);
+    settings.kubelet_client.timeout = Duration::from_secs(5);
+    settings.scrape.use_node_status_port = true;
+    settings.scrape.address_types = vec!["InternalIP".to_owned()];
+    settings.kubelet = ca_file_flag(&ca_file);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let reloads = Reloads::default();
@@ -634,7 +629,7 @@ async fn the_server_sends_a_rotated_service_account_token_with_no_failed_scrape(
         ..apiserver::run::Setup::default()
     };
     let shutdown = stop.child_token();
-    let server = tokio::spawn(apiserver::run::run_with(flags, setup, shutdown.clone()));
+    let server = tokio::spawn(apiserver::run::run_with(settings, setup, shutdown.clone()));
 
     // Every request the kubelets saw is counted by the server, none failed, and each kubelet
     // saw one since `marks`.

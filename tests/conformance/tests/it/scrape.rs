@@ -1,8 +1,6 @@
 //! The kubelet client and the scrape loop against simulated kubelets over real HTTPS on
 //! 127.0.0.1, serving the real fixture payloads.
 
-#![allow(clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -2,10 +2,10 @@ use std::path::PathBuf;
 
 use super::*;
 
-fn parse(args: &[&str]) -> Config {
+fn parse(args: &[&str]) -> Flags {
     let mut argv = vec!["metrics-server"];
     argv.extend_from_slice(args);
-    Config::try_parse_from(argv).unwrap()
+    Flags::try_parse_from(argv).unwrap()
 }
 
 fn error(args: &[&str]) -> String {
@@ -74,6 +74,22 @@ fn defaults_match_metrics_server() {
     c.validate().unwrap();
 }
 
+/// The typed defaults are the flag defaults: tests and benches that build [`Settings`] as a
+/// value run what the binary runs with no flags.
+#[test]
+fn no_flags_are_the_default_settings() {
+    let parsed = parse(&[]).settings().unwrap();
+    assert_eq!(
+        format!("{parsed:#?}"),
+        format!("{:#?}", Settings::default())
+    );
+    let parsed = parse(&["--metric-resolution=15s"]).settings().unwrap();
+    assert_eq!(
+        format!("{parsed:#?}"),
+        format!("{:#?}", Settings::for_resolution(Duration::from_secs(15)))
+    );
+}
+
 #[test]
 fn shipped_manifest_flags_parse() {
     let c = parse(&[
@@ -118,7 +134,7 @@ fn go_style_bools_and_short_flags() {
     assert!(c.kubelet.kubelet_insecure_tls);
     assert!(c.server.version);
     assert_eq!(c.logging.verbosity, 6);
-    assert!(Config::try_parse_from(["metrics-server", "--kubelet-insecure-tls=maybe"]).is_err());
+    assert!(Flags::try_parse_from(["metrics-server", "--kubelet-insecure-tls=maybe"]).is_err());
 }
 
 #[test]
@@ -151,8 +167,8 @@ fn ours_parse() {
     assert_eq!(c.logging.logging_format, LoggingFormat::Json);
     assert_eq!(c.serving.tls_min_version, Some(TlsVersion::Tls13));
     assert_eq!(c.serving.tls_cipher_suites.len(), 2);
-    assert!(Config::try_parse_from(["metrics-server", "--logging-format=xml"]).is_err());
-    assert!(Config::try_parse_from(["metrics-server", "--metric-resolution=15"]).is_err());
+    assert!(Flags::try_parse_from(["metrics-server", "--logging-format=xml"]).is_err());
+    assert!(Flags::try_parse_from(["metrics-server", "--metric-resolution=15"]).is_err());
 }
 
 #[test]
@@ -319,14 +335,15 @@ fn scrape_and_store_settings_follow_flags() {
         "--kubelet-use-node-status-port",
         "--kubelet-source=summary",
     ]);
-    let s = c.scrape(LabelSelector::default());
+    let settings = c.settings().unwrap();
+    let s = &settings.scrape;
     assert_eq!(s.resolution, Duration::from_secs(15));
     assert_eq!(s.request_timeout, Duration::from_secs(5));
     assert_eq!(s.max_in_flight, 7);
     assert_eq!(s.kubelet_port, 10255);
     assert!(s.use_node_status_port);
     assert_eq!(s.source, scraper::kubelet::Source::Summary);
-    let st = c.store();
+    let st = settings.store;
     assert_eq!(st.resolution, Duration::from_secs(15));
     assert_eq!(st.staleness, Duration::from_secs(30));
 }
@@ -334,7 +351,7 @@ fn scrape_and_store_settings_follow_flags() {
 #[test]
 fn help_groups_in_metrics_server_order() {
     use clap::CommandFactory;
-    let help = Config::command().render_help().to_string();
+    let help = Flags::command().render_help().to_string();
     let headings = [
         "Metrics server flags:",
         "Generic flags:",
@@ -364,7 +381,7 @@ fn help_groups_in_metrics_server_order() {
 #[test]
 fn delegated_auth_settings_follow_flags() {
     let c = parse(&[]);
-    let authn = c.authn();
+    let authn = c.settings().unwrap().authn;
     assert_eq!(authn.client_ca_file, None);
     assert_eq!(authn.requestheader_client_ca_file, None);
     assert!(authn.requestheader_allowed_names.is_empty());
@@ -377,7 +394,7 @@ fn delegated_auth_settings_follow_flags() {
     assert!(authn.requestheader_uid_headers.is_empty());
     assert_eq!(authn.token_webhook_cache_ttl, Duration::from_secs(10));
     assert!(!authn.skip_lookup && !authn.tolerate_lookup_failure);
-    let authz = c.authz();
+    let authz = c.settings().unwrap().authz;
     assert_eq!(authz.always_allow_paths, ["/healthz", "/readyz", "/livez"]);
     assert_eq!(authz.always_allow_groups, ["system:masters"]);
     assert_eq!(authz.authorized_ttl, Duration::from_secs(10));
@@ -396,7 +413,7 @@ fn delegated_auth_settings_follow_flags() {
         "--authorization-webhook-cache-authorized-ttl=5m",
         "--authorization-webhook-cache-unauthorized-ttl=30s",
     ]);
-    let authn = c.authn();
+    let authn = c.settings().unwrap().authn;
     assert_eq!(authn.client_ca_file, Some(PathBuf::from("/etc/ca.crt")));
     assert_eq!(
         authn.requestheader_client_ca_file,
@@ -410,7 +427,7 @@ fn delegated_auth_settings_follow_flags() {
     assert_eq!(authn.requestheader_uid_headers, ["X-Remote-Uid"]);
     assert_eq!(authn.token_webhook_cache_ttl, Duration::from_secs(60));
     assert!(authn.skip_lookup && authn.tolerate_lookup_failure);
-    let authz = c.authz();
+    let authz = c.settings().unwrap().authz;
     assert_eq!(authz.always_allow_paths, ["/livez", "/metrics"]);
     assert_eq!(authz.authorized_ttl, Duration::from_secs(300));
     assert_eq!(authz.unauthorized_ttl, Duration::from_secs(30));
@@ -423,6 +440,12 @@ fn an_empty_list_flag_is_an_empty_list_not_one_empty_item() {
         "--authorization-always-allow-paths=",
         "--requestheader-allowed-names=",
     ]);
-    assert!(c.authz().always_allow_paths.is_empty());
-    assert!(c.authn().requestheader_allowed_names.is_empty());
+    assert!(c.settings().unwrap().authz.always_allow_paths.is_empty());
+    assert!(
+        c.settings()
+            .unwrap()
+            .authn
+            .requestheader_allowed_names
+            .is_empty()
+    );
 }

@@ -1,8 +1,6 @@
 //! The simulated control plane alone: a fake metrics backend (HTTPS, echoing what it received)
 //! behind the aggregator, and the real kubectl (v1.32 and v1.37) against it.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -378,8 +376,15 @@ async fn unreachable_backend_is_a_503_with_the_error() {
             .await
     );
     backend_stop.cancel();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, headers, body) = admin_get(&cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
+    // Once the backend is gone, the proxied request fails.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (status, headers, body) = loop {
+        let answer = admin_get(&cp, "/apis/metrics.k8s.io/v1beta1/nodes", &[]).await;
+        if answer.0 != StatusCode::OK || tokio::time::Instant::now() >= deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         headers.get("content-type").unwrap(),
@@ -395,12 +400,10 @@ async fn unreachable_backend_is_a_503_with_the_error() {
 
     // The next check notices.
     cp.aggregator().check_now();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let a = cp
-        .aggregator()
-        .availability("v1beta1.metrics.k8s.io")
-        .unwrap();
-    assert!(!a.available);
+    let a = wait_availability(&cp, "v1beta1.metrics.k8s.io", "unavailable", |a| {
+        !a.available
+    })
+    .await;
     assert!(
         a.message
             .starts_with("failing or missing response from https://127.0.0.1:"),

@@ -107,10 +107,7 @@ impl FromStr for GoDuration {
 impl fmt::Display for GoDuration {
     /// Go's `Duration.String()`: `1h0m0s`, `1m0s`, `1.5s`, `500ms`, `0s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ns = i64::try_from(self.0.as_nanos()).unwrap_or(i64::MAX);
-        let mut out = Vec::with_capacity(24);
-        scraper::go::write_go_duration(&mut out, ns);
-        f.write_str(&String::from_utf8_lossy(&out))
+        f.write_str(&scraper::go::duration_string(self.0))
     }
 }
 

@@ -1,7 +1,12 @@
-//! Flags with metrics-server's names, defaults, help groups and validation rules
-//! (metrics-server.md §1), plus a few of our own, marked as such in their help.
+//! The binary's command line: flags with metrics-server's names, defaults, help groups and
+//! validation rules (metrics-server.md §1), plus a few of our own, marked as such in their
+//! help, and their translation into the typed [`Settings`] the library runs with.
 //!
-//! [`Config::validate`] reports the first violated rule, as metrics-server's `start.go` does.
+//! Nothing else in the library depends on this module: the binary's `main` parses with it,
+//! and so does the conformance harness, which starts replicas with a Deployment's arguments.
+//!
+//! [`Flags::validate`] reports the first violated rule, as metrics-server's `start.go` does;
+//! [`Flags::settings`] validates and translates.
 
 mod duration;
 mod groups;
@@ -9,10 +14,13 @@ mod groups;
 #[allow(clippy::unwrap_used)]
 mod tests;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
 use scraper::selector::{LabelSelector, SelectorError};
+
+use crate::config::{ServingCert, Settings};
 
 pub use duration::{ByteSize, GoDuration, ParseError};
 pub use groups::{
@@ -31,7 +39,7 @@ pub use groups::{
     args_override_self = true,
     max_term_width = 100
 )]
-pub struct Config {
+pub struct Flags {
     /// Metrics server flags.
     #[command(flatten)]
     pub server: MetricsServer,
@@ -93,7 +101,7 @@ pub enum Error {
 /// The smallest `--metric-resolution` metrics-server accepts.
 pub const MIN_RESOLUTION: Duration = Duration::from_secs(10);
 
-impl Config {
+impl Flags {
     /// Checks every rule and returns the first violation, in metrics-server's order: the
     /// kubelet client rules, then the resolution rules, then ours.
     pub fn validate(&self) -> Result<(), Error> {
@@ -215,108 +223,113 @@ impl Config {
     pub fn cold_store_window(&self) -> Duration {
         self.generic
             .cold_store_window
-            .map_or((self.resolution() * 2).max(Duration::from_secs(60)), |d| {
-                d.0
-            })
+            .map_or(crate::config::cold_store_window(self.resolution()), |d| d.0)
     }
 
-    /// The load shedder's settings (`--max-requests-inflight` and our shedding flags).
-    pub fn shed(&self) -> crate::shed::Config {
-        let g = &self.generic;
-        crate::shed::Config {
-            max_in_flight: usize::try_from(g.max_requests_inflight).unwrap_or(usize::MAX),
-            autoscaler_percent: g.autoscaler_inflight_percent,
-            queue_length_per_user: usize::try_from(g.request_queue_length_per_user)
-                .unwrap_or(usize::MAX),
-            queue_wait: g.request_queue_wait.0,
-            cold_store_window: self.cold_store_window(),
-            ..crate::shed::Config::default()
-        }
-    }
-
-    /// The serving settings (`--disable-http2-serving`, `--http2-max-streams-per-connection`,
-    /// `--tls-min-version`, `--max-connections`, `--request-timeout`); every other bound keeps
-    /// its pinned value.
-    pub fn serving(&self) -> crate::serve::Config {
-        let s = &self.serving;
-        crate::serve::Config {
-            http2: !s.disable_http2_serving,
-            http2_max_streams: s.http2_max_streams_per_connection,
-            tls13_only: s.tls_min_version == Some(TlsVersion::Tls13),
-            max_connections: s.max_connections,
-            request_timeout: self.generic.request_timeout.0,
-            ..crate::serve::Config::default()
-        }
-    }
-
-    /// The store's settings.
-    pub fn store(&self) -> scraper::store::Config {
-        scraper::store::Config {
-            resolution: self.resolution(),
-            staleness: self.staleness(),
-        }
-    }
-
-    /// The delegated authentication settings (`--client-ca-file`, `--requestheader-*`,
-    /// `--authentication-*`).
-    pub fn authn(&self) -> crate::auth::AuthnConfig {
-        let a = &self.authentication;
-        crate::auth::AuthnConfig {
-            client_ca_file: a
-                .client_ca_file
-                .clone()
-                .filter(|p| !p.as_os_str().is_empty()),
-            requestheader_client_ca_file: a
-                .requestheader_client_ca_file
-                .clone()
-                .filter(|p| !p.as_os_str().is_empty()),
-            requestheader_allowed_names: non_empty(&a.requestheader_allowed_names),
-            requestheader_username_headers: non_empty(&a.requestheader_username_headers),
-            requestheader_uid_headers: non_empty(&a.requestheader_uid_headers),
-            requestheader_group_headers: non_empty(&a.requestheader_group_headers),
-            requestheader_extra_headers_prefix: non_empty(&a.requestheader_extra_headers_prefix),
-            token_webhook_cache_ttl: a.authentication_token_webhook_cache_ttl.0,
-            skip_lookup: a.authentication_skip_lookup,
-            tolerate_lookup_failure: a.authentication_tolerate_lookup_failure,
-            review_limits: self.review_limits(),
-            ..crate::auth::AuthnConfig::default()
-        }
-    }
-
-    /// The delegated authorization settings (`--authorization-*`); `system:masters` is
-    /// always allowed, as k8s.io/apiserver's library default.
-    pub fn authz(&self) -> crate::auth::AuthzConfig {
-        let a = &self.authorization;
-        crate::auth::AuthzConfig {
-            always_allow_paths: non_empty(&a.authorization_always_allow_paths),
-            authorized_ttl: a.authorization_webhook_cache_authorized_ttl.0,
-            unauthorized_ttl: a.authorization_webhook_cache_unauthorized_ttl.0,
-            review_limits: self.review_limits(),
-            ..crate::auth::AuthzConfig::default()
-        }
-    }
-
-    /// The budget of each kind of review (`--delegated-review-qps*`).
-    fn review_limits(&self) -> crate::auth::ReviewLimits {
-        crate::auth::ReviewLimits {
-            qps: self.authorization.delegated_review_qps,
-            per_source_qps: self.authorization.delegated_review_qps_per_source,
-        }
-    }
-
-    /// The scrape loop's settings.
-    pub fn scrape(&self, node_selector: LabelSelector) -> scraper::scrape::Config {
-        let k = &self.kubelet;
-        scraper::scrape::Config {
-            resolution: self.resolution(),
-            request_timeout: k.kubelet_request_timeout.0,
-            max_in_flight: self.server.scrape_max_in_flight,
-            source: k.kubelet_source.into(),
-            address_types: k.kubelet_preferred_address_types.clone(),
-            kubelet_port: k.kubelet_port,
-            use_node_status_port: k.kubelet_use_node_status_port,
-            node_selector,
-        }
+    /// Validates the flags and translates them into the library's settings.
+    pub fn settings(&self) -> Result<Settings, Error> {
+        self.validate()?;
+        let (k, g, s) = (&self.kubelet, &self.generic, &self.serving);
+        let (authn, authz) = (&self.authentication, &self.authorization);
+        let review_limits = crate::auth::ReviewLimits {
+            qps: authz.delegated_review_qps,
+            per_source_qps: authz.delegated_review_qps_per_source,
+        };
+        let bytes = |b: ByteSize| usize::try_from(b.0).unwrap_or(usize::MAX);
+        let non_empty_path =
+            |p: &Option<std::path::PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
+        Ok(Settings {
+            kubeconfig: self.server.kubeconfig.clone(),
+            authentication_kubeconfig: authn.authentication_kubeconfig.clone(),
+            authorization_kubeconfig: authz.authorization_kubeconfig.clone(),
+            scrape: scraper::scrape::Config {
+                resolution: self.resolution(),
+                request_timeout: k.kubelet_request_timeout.0,
+                max_in_flight: self.server.scrape_max_in_flight,
+                source: k.kubelet_source.into(),
+                address_types: k.kubelet_preferred_address_types.clone(),
+                kubelet_port: k.kubelet_port,
+                use_node_status_port: k.kubelet_use_node_status_port,
+                node_selector: self.node_selector()?,
+            },
+            store: scraper::store::Config {
+                resolution: self.resolution(),
+                staleness: self.staleness(),
+            },
+            kubelet: crate::credentials::kubelet::Config {
+                ca_file: k.kubelet_certificate_authority.clone(),
+                ca_text: k.kubelet_certificate_authority_text.clone(),
+                client_cert: k
+                    .kubelet_client_certificate
+                    .clone()
+                    .zip(k.kubelet_client_key.clone()),
+                insecure_tls: k.kubelet_insecure_tls,
+            },
+            kubelet_client: scraper::kubelet::client::Config {
+                plain_http: k.deprecated_kubelet_completely_insecure,
+                timeout: k.kubelet_request_timeout.0,
+                max_body_bytes: bytes(k.kubelet_max_body_bytes),
+                max_bodies_bytes: bytes(k.kubelet_max_bodies_bytes),
+                keep_alive: k.kubelet_keep_alive,
+                ..scraper::kubelet::client::Config::default()
+            },
+            readiness_timeout: self.readiness_timeout(),
+            shed: crate::config::Shed {
+                max_in_flight: usize::try_from(g.max_requests_inflight).unwrap_or(usize::MAX),
+                autoscaler_percent: g.autoscaler_inflight_percent,
+                queue_length_per_user: usize::try_from(g.request_queue_length_per_user)
+                    .unwrap_or(usize::MAX),
+                queue_wait: g.request_queue_wait.0,
+                cold_store_window: self.cold_store_window(),
+                ..crate::config::Shed::default()
+            },
+            listen: crate::config::Listen {
+                address: SocketAddr::new(s.bind_address, s.secure_port),
+                cert: match (&s.tls_cert_file, &s.tls_private_key_file) {
+                    (Some(cert), Some(key)) => ServingCert::Files {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                    },
+                    _ => ServingCert::SelfSigned {
+                        dir: s.cert_dir.clone(),
+                        sans: s.serving_cert_sans.clone(),
+                    },
+                },
+            },
+            serving: crate::serve::Config {
+                http2: !s.disable_http2_serving,
+                http2_max_streams: s.http2_max_streams_per_connection,
+                tls13_only: s.tls_min_version == Some(TlsVersion::Tls13),
+                max_connections: s.max_connections,
+                request_timeout: g.request_timeout.0,
+                ..crate::serve::Config::default()
+            },
+            authn: crate::auth::AuthnConfig {
+                client_ca_file: non_empty_path(&authn.client_ca_file),
+                requestheader_client_ca_file: non_empty_path(&authn.requestheader_client_ca_file),
+                requestheader_allowed_names: non_empty(&authn.requestheader_allowed_names),
+                requestheader_username_headers: non_empty(&authn.requestheader_username_headers),
+                requestheader_uid_headers: non_empty(&authn.requestheader_uid_headers),
+                requestheader_group_headers: non_empty(&authn.requestheader_group_headers),
+                requestheader_extra_headers_prefix: non_empty(
+                    &authn.requestheader_extra_headers_prefix,
+                ),
+                token_webhook_cache_ttl: authn.authentication_token_webhook_cache_ttl.0,
+                skip_lookup: authn.authentication_skip_lookup,
+                tolerate_lookup_failure: authn.authentication_tolerate_lookup_failure,
+                review_limits,
+                ..crate::auth::AuthnConfig::default()
+            },
+            // `system:masters` is always allowed, as k8s.io/apiserver's library default.
+            authz: crate::auth::AuthzConfig {
+                always_allow_paths: non_empty(&authz.authorization_always_allow_paths),
+                authorized_ttl: authz.authorization_webhook_cache_authorized_ttl.0,
+                unauthorized_ttl: authz.authorization_webhook_cache_unauthorized_ttl.0,
+                review_limits,
+                ..crate::auth::AuthzConfig::default()
+            },
+            shutdown_delay: g.shutdown_delay_duration.0,
+        })
     }
 }
 

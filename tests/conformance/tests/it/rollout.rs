@@ -6,8 +6,6 @@
 //! a replica that reports ready before it has scraped every node would drop pods and nodes
 //! from the answers routed to it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -157,7 +157,7 @@ pub struct Kubelet {
         long,
         value_name = "strings",
         value_delimiter = ',',
-        default_value = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
+        default_value = crate::config::DEFAULT_ADDRESS_TYPES
     )]
     pub kubelet_preferred_address_types: Vec<String>,
 
@@ -238,11 +238,7 @@ pub struct SecureServing {
 
     /// The directory where the TLS certs are located. If --tls-cert-file and
     /// --tls-private-key-file are provided, this flag will be ignored.
-    #[arg(
-        long,
-        value_name = "string",
-        default_value = "apiserver.local.config/certificates"
-    )]
+    #[arg(long, value_name = "string", default_value = crate::config::DEFAULT_CERT_DIR)]
     pub cert_dir: PathBuf,
 
     /// If true, HTTP2 serving will be disabled
@@ -264,7 +260,7 @@ pub struct SecureServing {
 
     /// The port on which to serve HTTPS with authentication and authorization. 0 picks a
     /// free port (ours; tests).
-    #[arg(long, value_name = "int", default_value_t = 443)]
+    #[arg(long, value_name = "int", default_value_t = crate::config::DEFAULT_SECURE_PORT)]
     pub secure_port: u16,
 
     /// File containing the default x509 Certificate for HTTPS. (CA cert, if any,
@@ -295,9 +291,7 @@ pub struct SecureServing {
         long,
         value_name = "strings",
         value_delimiter = ',',
-        default_value = "localhost,127.0.0.1,metrics-server,metrics-server.kube-system,\
-                           metrics-server.kube-system.svc,\
-                           metrics-server.kube-system.svc.cluster.local"
+        default_value = crate::config::DEFAULT_SERVING_CERT_SANS
     )]
     pub serving_cert_sans: Vec<String>,
 }

@@ -3,7 +3,6 @@
 //! `metrics.k8s.io` to the server, as kube-aggregator does. Each test starts one cluster
 //! and runs its checks with both kubectl releases; the numbers are compared with what the
 //! simulated kubelets report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
