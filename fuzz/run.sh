@@ -4,7 +4,8 @@
 # New inputs go to fuzz/corpus-run/TARGET (scratch, not committed), seeded from the committed
 # fuzz/corpus/TARGET; the parser targets also read the full kubelet fixtures (testdata/kubelet
 # and ../shared/fixtures/kubelet when present) as extra seeds. Crashes land in
-# fuzz/artifacts/TARGET. Builds without a sanitizer (`-s none`), which works on stable Rust.
+# fuzz/artifacts/TARGET. Builds without a sanitizer (`-s none`), which works on stable Rust;
+# CARGO_BUILD_JOBS=1 keeps the build on one core of a shared machine.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,7 +30,9 @@ esac
 
 run_dir=corpus-run/$target
 mkdir -p "$run_dir"
-cp -n corpus/"$target"/* "$run_dir"/
+for f in corpus/"$target"/*; do
+  [ -e "$run_dir/$(basename "$f")" ] || cp "$f" "$run_dir"/
+done
 dirs=("$run_dir")
 if [ -n "$fixtures" ]; then
   seeds=$(mktemp -d)
@@ -43,4 +46,4 @@ fi
 args=(-max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1)
 [ -n "$dict" ] && args+=(-dict=dict/$dict.dict)
 
-CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} cargo fuzz run "$target" -s none "${dirs[@]}" -- "${args[@]}"
+cargo fuzz run "$target" -s none "${dirs[@]}" -- "${args[@]}"
