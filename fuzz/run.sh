@@ -14,7 +14,7 @@ target=${1:-all}
 seconds=${2:-600}
 
 if [ "$target" = all ]; then
-  for t in "${TARGETS[@]}"; do "$0" "$t" "$seconds"; done
+  for t in "${TARGETS[@]}"; do ./run.sh "$t" "$seconds"; done
   exit 0
 fi
 
