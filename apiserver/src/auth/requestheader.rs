@@ -22,7 +22,7 @@ const STANDARD_UID_HEADER: &str = "x-remote-uid";
 
 /// The header names the authenticator reads, lower-cased.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct HeaderNames {
+pub struct HeaderNames {
     pub(crate) username: Vec<HeaderName>,
     pub(crate) uid: Vec<HeaderName>,
     pub(crate) group: Vec<HeaderName>,
@@ -33,7 +33,7 @@ pub(crate) struct HeaderNames {
 impl HeaderNames {
     /// From flag or ConfigMap strings; names that are not valid header names can never
     /// match a request and are dropped.
-    pub(crate) fn new(
+    pub fn new(
         username: &[String],
         uid: &[String],
         group: &[String],
@@ -52,7 +52,7 @@ impl HeaderNames {
     }
 
     /// kube-apiserver's standard names, stripped from every request whatever is configured.
-    pub(crate) fn standard() -> Self {
+    pub fn standard() -> Self {
         let owned = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         HeaderNames::new(
             &owned(DEFAULT_USERNAME_HEADERS),
@@ -105,7 +105,7 @@ impl RequestHeader {
 }
 
 /// The user the headers name, or `None` when no username header has a value.
-pub(crate) fn read_user(headers: &HeaderMap, names: &HeaderNames) -> Option<UserInfo> {
+pub fn read_user(headers: &HeaderMap, names: &HeaderNames) -> Option<UserInfo> {
     let name = first_value(headers, &names.username)?;
     let uid = first_value(headers, &names.uid).unwrap_or_default();
     let groups = names
@@ -135,7 +135,7 @@ pub(crate) fn read_user(headers: &HeaderMap, names: &HeaderNames) -> Option<User
 }
 
 /// Deletes every header the authenticator reads, so nothing downstream sees them.
-pub(crate) fn clear(headers: &mut HeaderMap, names: &HeaderNames) {
+pub fn clear(headers: &mut HeaderMap, names: &HeaderNames) {
     for name in names.username.iter().chain(&names.uid).chain(&names.group) {
         headers.remove(name);
     }
