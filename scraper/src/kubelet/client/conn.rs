@@ -219,10 +219,13 @@ pub(super) async fn connect(
         return Ok(Conn { tcp, tls: None });
     };
     let name = ServerName::try_from(host.to_owned()).map_err(|_| {
-        ConnectFailure::Io(io::Error::new(io::ErrorKind::InvalidInput, "invalid dnsname"))
+        ConnectFailure::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "invalid dnsname",
+        ))
     })?;
-    let tls = UnbufferedClientConnection::new(Arc::clone(config), name)
-        .map_err(ConnectFailure::Tls)?;
+    let tls =
+        UnbufferedClientConnection::new(Arc::clone(config), name).map_err(ConnectFailure::Tls)?;
     let mut conn = Conn {
         tcp,
         tls: Some(tls),
@@ -346,7 +349,11 @@ impl Conn {
 
     /// Reads what arrives next and appends its plaintext to `out` (waiting for at least one
     /// byte). Over HTTPS every complete record already received is decrypted at once.
-    pub(super) async fn read(&mut self, out: &mut Vec<u8>, s: &mut Scratch) -> Result<Read, IoFailure> {
+    pub(super) async fn read(
+        &mut self,
+        out: &mut Vec<u8>,
+        s: &mut Scratch,
+    ) -> Result<Read, IoFailure> {
         let Conn { tcp, tls } = self;
         let Some(tls) = tls.as_mut() else {
             if out.capacity() == out.len() {
@@ -478,7 +485,11 @@ struct IdleSet {
 }
 
 impl Pool {
-    pub(super) fn new(tls: Option<Arc<rustls::ClientConfig>>, timeout: Duration, max: usize) -> Self {
+    pub(super) fn new(
+        tls: Option<Arc<rustls::ClientConfig>>,
+        timeout: Duration,
+        max: usize,
+    ) -> Self {
         Pool {
             tls,
             idle: Mutex::new(IdleSet::default()),
@@ -514,8 +525,7 @@ impl Pool {
                         .map(|(_, i)| i),
                 );
             }
-            if idle.by_authority.len() >= self.max && !idle.by_authority.contains_key(authority)
-            {
+            if idle.by_authority.len() >= self.max && !idle.by_authority.contains_key(authority) {
                 return;
             }
             replaced = idle

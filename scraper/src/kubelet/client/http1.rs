@@ -258,7 +258,10 @@ impl Chunked {
     /// Consumes framing from the front of `input` up to the next data bytes and returns
     /// them (consumed too); `Ok(None)` once `input` is used up or the body is complete
     /// (bytes after the end stay in `input`).
-    pub(super) fn next<'a>(&mut self, input: &mut &'a [u8]) -> Result<Option<&'a [u8]>, ChunkError> {
+    pub(super) fn next<'a>(
+        &mut self,
+        input: &mut &'a [u8],
+    ) -> Result<Option<&'a [u8]>, ChunkError> {
         loop {
             if let State::Data(remaining) = self.state {
                 if input.is_empty() {
@@ -268,7 +271,11 @@ impl Chunked {
                 let (data, rest) = input.split_at(n);
                 *input = rest;
                 let left = remaining - n as u64;
-                self.state = if left == 0 { State::DataCr } else { State::Data(left) };
+                self.state = if left == 0 {
+                    State::DataCr
+                } else {
+                    State::Data(left)
+                };
                 return Ok(Some(data));
             }
             if self.state == State::Done {

@@ -160,7 +160,9 @@ async fn a_connection_closed_before_the_answer_on_a_new_connection_is_a_request_
 #[tokio::test]
 async fn chunked_bodies_are_read_whole_and_keep_the_connection() {
     let s = serve(|_| {
-        answer("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        answer(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        )
     })
     .await;
     let c = plain_client(true);
@@ -221,7 +223,10 @@ async fn a_huge_head_is_refused_not_buffered() {
     let s = serve(move |_| answer(head.clone())).await;
     let err = plain_client(true).get(&s.url).await.unwrap_err();
     assert_eq!(err.reason(), "request", "{err}");
-    assert!(err.to_string().contains("response head larger than"), "{err}");
+    assert!(
+        err.to_string().contains("response head larger than"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -10,7 +10,13 @@ fn head(text: &str) -> Result<Option<Head>, HeadError> {
 fn the_request_is_a_minimal_get() {
     let mut out = Vec::new();
     let token = HeaderValue::from_static("Bearer t0k");
-    request(&mut out, "/metrics/resource", "10.0.0.1:10250", Some(&token), false);
+    request(
+        &mut out,
+        "/metrics/resource",
+        "10.0.0.1:10250",
+        Some(&token),
+        false,
+    );
     assert_eq!(
         out,
         b"GET /metrics/resource HTTP/1.1\r\nhost: 10.0.0.1:10250\r\nauthorization: Bearer t0k\r\n\r\n"
@@ -40,9 +46,10 @@ fn a_chunked_response_and_transfer_encoding_over_content_length() {
         .unwrap();
     assert_eq!(h.framing, Framing::Chunked);
     assert!(h.reusable);
-    let h = head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
-        .unwrap()
-        .unwrap();
+    let h =
+        head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
     assert_eq!(h.framing, Framing::Chunked);
     assert!(!h.reusable, "both framings: not reused");
     let h = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n")
@@ -79,8 +86,14 @@ fn status_lines() {
     assert_eq!(h.status, 401);
     let h = head("HTTP/1.1 100 Continue\r\n\r\n").unwrap().unwrap();
     assert_eq!(h.status, 100);
-    assert!(matches!(head("HTTP/1.1 2000 OK\r\n\r\n"), Err(HeadError::Invalid(_))));
-    assert!(matches!(head("ICY 200 OK\r\n\r\n"), Err(HeadError::Invalid(_))));
+    assert!(matches!(
+        head("HTTP/1.1 2000 OK\r\n\r\n"),
+        Err(HeadError::Invalid(_))
+    ));
+    assert!(matches!(
+        head("ICY 200 OK\r\n\r\n"),
+        Err(HeadError::Invalid(_))
+    ));
     assert!(matches!(
         head("<html><body>hello</body></html>\r\n\r\n"),
         Err(HeadError::Invalid(_))
@@ -119,7 +132,9 @@ fn a_huge_head_is_an_error_not_unbounded_growth() {
     // 64 KiB of headers that never end: refused once past the bound, complete or not.
     let mut text = String::from("HTTP/1.1 200 OK\r\n");
     while text.len() < 64 * 1024 {
-        text.push_str("X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+        text.push_str(
+            "X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
+        );
     }
     assert_eq!(head(&text), Err(HeadError::TooLarge));
     text.push_str("\r\n");
@@ -136,7 +151,10 @@ fn a_huge_head_is_an_error_not_unbounded_growth() {
     assert_eq!(head(&many), Err(HeadError::TooLarge));
     // Just under the bound is fine.
     let mut fits = String::from("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n");
-    fits.push_str(&format!("X-Big: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES - 100)));
+    fits.push_str(&format!(
+        "X-Big: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD_BYTES - 100)
+    ));
     assert!(head(&fits).unwrap().is_some());
 }
 
@@ -195,7 +213,11 @@ fn bad_chunked_framing_is_an_error() {
         b"0\r\n\rX",
         b"5;ext\n",
     ] {
-        assert!(dechunk(bad, 100).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        assert!(
+            dechunk(bad, 100).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
     }
 }
 
@@ -206,7 +228,10 @@ fn hostile_chunk_lines_and_trailers_are_bounded() {
     assert!(dechunk(&long_ext, 1000).is_err());
     let mut zeros = vec![b'0'; 2 * MAX_CHUNK_LINE_BYTES];
     zeros.extend_from_slice(b"5\r\n");
-    assert!(dechunk(&zeros, 1000).is_err(), "leading zeros are digits too");
+    assert!(
+        dechunk(&zeros, 1000).is_err(),
+        "leading zeros are digits too"
+    );
     let mut trailers = b"0\r\n".to_vec();
     while trailers.len() < 2 * MAX_HEAD_BYTES {
         trailers.extend_from_slice(b"X-Trailer: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
