@@ -74,7 +74,8 @@ pub struct Config {
     /// for room as they stream in); raised to `max_body_bytes` if below it.
     pub max_bodies_bytes: usize,
     /// Keep one idle connection per kubelet between scrapes (`--kubelet-keep-alive`): no TLS
-    /// handshake per scrape, at the price of the connection's buffers per node.
+    /// handshake per scrape, at the price of a socket and its TLS session state per node (no
+    /// buffers: those are lent to requests in flight only).
     pub keep_alive: bool,
 }
 
@@ -384,10 +385,18 @@ impl Client {
     ) -> Result<(Body, bool), Exchange> {
         // The head, skipping informational (1xx) ones.
         let mut received = false;
+        let mut scanned = 0;
         let head = loop {
-            match http1::parse_head(input) {
+            let parsed = if http1::head_may_be_complete(input, scanned) {
+                http1::parse_head(input)
+            } else {
+                Ok(None)
+            };
+            scanned = input.len();
+            match parsed {
                 Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
                     input.drain(..head.len);
+                    scanned = 0;
                     continue;
                 }
                 Ok(Some(head)) => break head,

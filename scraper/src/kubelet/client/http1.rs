@@ -169,6 +169,20 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     }))
 }
 
+/// Whether `buf` may hold a complete head, looking only at the bytes from `from` on (and
+/// the two before): a blank line (`\n\n` or `\n\r\n`) or more than [`MAX_HEAD_BYTES`].
+/// Lets a head that trickles in be parsed once, not at every read.
+pub(super) fn head_may_be_complete(buf: &[u8], from: usize) -> bool {
+    if buf.len() > MAX_HEAD_BYTES {
+        return true;
+    }
+    let start = from.saturating_sub(2).min(buf.len());
+    memchr::memchr_iter(b'\n', &buf[start..]).any(|i| {
+        let rest = &buf[start + i + 1..];
+        rest.first() == Some(&b'\n') || rest.starts_with(b"\r\n")
+    })
+}
+
 /// A Content-Length value: ASCII digits only (no sign, no spaces inside), no overflow.
 fn parse_length(value: &[u8]) -> Option<u64> {
     let value = value.trim_ascii();

@@ -247,3 +247,23 @@ fn a_huge_chunk_size_streams_without_buffering() {
     assert_eq!(decoder.next(&mut input).unwrap(), None);
     assert!(!decoder.done());
 }
+
+#[test]
+fn a_trickled_head_is_parsed_once_it_can_be_complete() {
+    let text = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+    // Fed one byte at a time, the check only says yes once the blank line is in.
+    let mut yes = Vec::new();
+    for len in 1..=text.len() {
+        if head_may_be_complete(&text[..len], len - 1) {
+            yes.push(len);
+        }
+    }
+    assert_eq!(yes, [text.len()]);
+    assert!(head_may_be_complete(b"HTTP/1.1 200 OK\n\n", 0));
+    assert!(head_may_be_complete(b"HTTP/1.1 200 OK\n\n", 16));
+    assert!(!head_may_be_complete(b"HTTP/1.1 200 OK\r\nA: b\r\n", 0));
+    assert!(head_may_be_complete(
+        &vec![b'a'; MAX_HEAD_BYTES + 1],
+        MAX_HEAD_BYTES
+    ));
+}
