@@ -294,7 +294,10 @@ impl Client {
                 reason: "no host".into(),
             });
         };
-        match tokio::time::timeout_at(deadline, self.send(&target, https)).await {
+        // Boxed: the request's state (a few KiB) is allocated while it runs, not kept in
+        // every node's scrape task between scrapes.
+        let send = Box::pin(self.send(&target, https));
+        match tokio::time::timeout_at(deadline, send).await {
             Ok(Ok(body)) => Ok(body),
             Ok(Err(kind)) => Err(kind.into_error(peer)),
             Err(_) => Err(Error::Timeout {

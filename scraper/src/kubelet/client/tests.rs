@@ -307,3 +307,17 @@ async fn plain_http_urls_are_refused_without_the_flag() {
     let err = c.get("http://127.0.0.1:1/").await.unwrap_err();
     assert_eq!(err.reason(), "plain_http_refused");
 }
+
+#[tokio::test]
+async fn a_request_and_an_idle_connection_are_small() {
+    // A scrape task holds the request future, the pool a connection: the TLS state and the
+    // request's state are boxed, so neither carries KiBs inline.
+    let c = plain_client(true);
+    let request = c.get("http://127.0.0.1:1/");
+    assert!(
+        std::mem::size_of_val(&request) <= 1024,
+        "{}",
+        std::mem::size_of_val(&request)
+    );
+    assert!(std::mem::size_of::<conn::Conn>() <= 64);
+}
