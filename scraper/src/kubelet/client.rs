@@ -1,32 +1,39 @@
-//! The kubelet HTTPS client: hyper 1 over rustls, HTTP/1.1 with kept-alive pooled
-//! connections, a deadline over the whole request, a bounded body and errors that say what
-//! to do.
+//! The kubelet HTTPS client: a lean HTTP/1.1 `GET` over rustls' unbuffered API, one
+//! kept-alive idle connection per kubelet, a deadline over the whole request, a bounded body
+//! and errors that say what to do.
 //!
 //! Its credentials can be replaced while it runs (a rotated service-account token, client
 //! certificate or kubelet CA): the token is read at each request; a new TLS identity or CA
 //! replaces the connection pool, so every later request makes a new handshake with it.
 //!
+//! An idle kept-alive connection holds only its socket and its TLS session state: the
+//! buffers a request reads and writes through are borrowed from a small shared stock for the
+//! time of the request ([`conn::Scratch`]), and a body is read into one buffer, sized from
+//! its Content-Length when it has one.
+//!
 //! # Layout
 //! - [`error`]: [`Error`], one variant per failure a user acts on differently.
 //! - [`target`]: which URL a node's kubelet is scraped at.
+//! - [`conn`]: a connection (TCP + TLS state), the scratch buffers, the idle pool.
+//! - [`http1`]: the request, the response head, the body's framing.
 
+mod conn;
 mod error;
+mod http1;
 mod target;
 
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_LENGTH};
-use http::{HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use http::{HeaderValue, StatusCode, Uri};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+
+use conn::{Conn, ConnectFailure, IoFailure, Pool, Read, Scratch, Scratches};
+use http1::{Chunked, Framing};
 
 pub use error::{Error, Peer};
 pub use target::{DEFAULT_ADDRESS_TYPES, Resolver, Target, TargetError};
@@ -40,12 +47,12 @@ const BUDGET_UNIT: usize = 1024;
 /// Default for [`Config::max_body_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
 
-/// Fixed size of each read from a kubelet connection.
-const READ_BUF_BYTES: usize = 16 * 1024;
-
 /// How long an idle kept-alive connection is pooled. Longer than any sane resolution, so
 /// each node's connection is reused from one period to the next (Go's `IdleConnTimeout`).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Most idle connections pooled at once (one per kubelet).
+const POOL_MAX_IDLE: usize = 1 << 16;
 
 /// How to reach and authenticate to kubelets.
 #[derive(Debug, Clone)]
@@ -67,7 +74,8 @@ pub struct Config {
     /// for room as they stream in); raised to `max_body_bytes` if below it.
     pub max_bodies_bytes: usize,
     /// Keep one idle connection per kubelet between scrapes (`--kubelet-keep-alive`): no TLS
-    /// handshake per scrape, at the price of the connection's buffers per node.
+    /// handshake per scrape, at the price of a socket and its TLS session state per node (no
+    /// buffers: those are lent to requests in flight only).
     pub keep_alive: bool,
 }
 
@@ -93,17 +101,17 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
-type Http = HttpClient<HttpsConnector<HttpConnector>, Empty<Bytes>>;
-
 struct Inner {
     /// The pool and the TLS config of its connections; replaced whole when the TLS
     /// credentials change. A request clones it out, so an in-flight request finishes on the
     /// pool it started on, and the old pool (with its idle connections) goes with the last.
-    http: RwLock<Http>,
-    /// What `http` was built from, to rebuild it when one part changes.
+    pool: RwLock<Arc<Pool>>,
+    /// What `pool` was built from, to rebuild it when one part changes.
     tls: Mutex<Tls>,
     /// `Bearer <token>`, marked sensitive; never sent over plain HTTP. Read at each request.
     authorization: RwLock<Option<HeaderValue>>,
+    /// Buffers lent to requests in flight.
+    scratch: Scratches,
     plain_http: bool,
     keep_alive: bool,
     timeout: Duration,
@@ -129,44 +137,20 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// The hyper client and its connector for these TLS settings.
-fn http(tls: &Tls, plain_http: bool, keep_alive: bool) -> Result<Http, Error> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_keepalive(Some(Duration::from_secs(30)));
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let connector = if plain_http {
-        // No TLS at all: the TLS config is never used, but the builder wants one.
-        let mut config =
-            tls::client::config(&tls::client::Verify::Insecure, None).map_err(Error::Build)?;
-        // hyper-rustls sets ALPN itself (from `enable_http1`) and panics if it is preset.
-        config.alpn_protocols.clear();
-        builder
-            .with_tls_config(config)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http)
+/// The connection pool for these TLS settings. A plain-HTTP client never sends credentials;
+/// an `https://` URL given to it anyway is fetched without verification, as before.
+fn pool(tls: &Tls, plain_http: bool) -> Result<Arc<Pool>, Error> {
+    let config = if plain_http {
+        tls::client::config(&tls::client::Verify::Insecure, None)
     } else {
-        let mut config =
-            tls::client::config(&tls.verify, tls.identity.as_ref()).map_err(Error::Build)?;
-        config.alpn_protocols.clear();
-        builder
-            .with_tls_config(config)
-            .https_only()
-            .enable_http1()
-            .wrap_connector(http)
-    };
-    Ok(HttpClient::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .pool_max_idle_per_host(usize::from(keep_alive))
-        // Each kept-alive connection keeps its read buffer between scrapes: read in
-        // fixed 16 KiB steps instead of letting it grow to the body size (a 110-pod
-        // payload is ~120 KB), which measured as most of the per-node memory.
-        .http1_read_buf_exact_size(READ_BUF_BYTES)
-        .build(connector))
+        tls::client::config(&tls.verify, tls.identity.as_ref())
+    }
+    .map_err(Error::Build)?;
+    Ok(Arc::new(Pool::new(
+        Some(Arc::new(config)),
+        POOL_IDLE_TIMEOUT,
+        POOL_MAX_IDLE,
+    )))
 }
 
 /// `Bearer <token>` as a sensitive header; `None` for no token, an empty one, or plain HTTP.
@@ -189,13 +173,14 @@ impl Client {
             verify: config.verify,
             identity: config.identity,
         };
-        let http = http(&tls, config.plain_http, config.keep_alive)?;
+        let pool = pool(&tls, config.plain_http)?;
         let authorization = authorization(config.bearer_token.as_deref(), config.plain_http)?;
         Ok(Client {
             inner: Arc::new(Inner {
-                http: RwLock::new(http),
+                pool: RwLock::new(pool),
                 tls: Mutex::new(tls),
                 authorization: RwLock::new(authorization),
+                scratch: Scratches::default(),
                 plain_http: config.plain_http,
                 keep_alive: config.keep_alive,
                 timeout: config.timeout,
@@ -242,8 +227,8 @@ impl Client {
         };
         change(&mut next);
         if !self.inner.plain_http {
-            let http = http(&next, false, self.inner.keep_alive)?;
-            *self.inner.http.write() = http;
+            let pool = pool(&next, false)?;
+            *self.inner.pool.write() = pool;
         }
         *tls = next;
         Ok(())
@@ -279,25 +264,20 @@ impl Client {
             url: url.into(),
         };
         let deadline = Instant::now() + self.inner.timeout;
-        self.request(uri, peer, deadline, self.inner.timeout).await
+        self.request(&uri, peer, deadline, self.inner.timeout).await
     }
 
     /// GETs a node's kubelet; the whole request must finish by `deadline` (which the scrape
     /// loop sets from the scheduled start, so queueing counts against it). Errors name the
     /// node.
     pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Body, Error> {
-        self.request(
-            target.uri.clone(),
-            target.peer(),
-            deadline,
-            self.inner.timeout,
-        )
-        .await
+        self.request(&target.uri, target.peer(), deadline, self.inner.timeout)
+            .await
     }
 
     async fn request(
         &self,
-        uri: Uri,
+        uri: &Uri,
         peer: Peer,
         deadline: Instant,
         timeout: Duration,
@@ -308,13 +288,16 @@ impl Client {
                 peer: Box::new(peer),
             });
         }
-        let mut request = Request::new(Empty::new());
-        *request.method_mut() = Method::GET;
-        *request.uri_mut() = uri;
-        if https && let Some(value) = self.inner.authorization.read().clone() {
-            request.headers_mut().insert(AUTHORIZATION, value);
-        }
-        match tokio::time::timeout_at(deadline, self.send(request)).await {
+        let Some(target) = Endpoint::new(uri, https) else {
+            return Err(Error::InvalidUrl {
+                url: peer.url,
+                reason: "no host".into(),
+            });
+        };
+        // Boxed: the request's state (a few KiB) is allocated while it runs, not kept in
+        // every node's scrape task between scrapes.
+        let send = Box::pin(self.send(&target, https));
+        match tokio::time::timeout_at(deadline, send).await {
             Ok(Ok(body)) => Ok(body),
             Ok(Err(kind)) => Err(kind.into_error(peer)),
             Err(_) => Err(Error::Timeout {
@@ -324,24 +307,307 @@ impl Client {
         }
     }
 
-    async fn send(&self, request: Request<Empty<Bytes>>) -> Result<Body, Failure> {
-        let http = self.inner.http.read().clone();
-        let response = http.request(request).await.map_err(classify)?;
-        let status = response.status();
+    /// The request on a kept-alive connection if there is one, else on a new one; once
+    /// more on a new one if the kept-alive one turns out closed by the kubelet before any
+    /// byte of the answer (a `GET` is safe to repeat, as Go's client does).
+    async fn send(&self, target: &Endpoint<'_>, https: bool) -> Result<Body, Failure> {
+        let pool = Arc::clone(&self.inner.pool.read());
+        let mut scratch = self.inner.scratch.take();
+        let mut request = std::mem::take(&mut scratch.request);
+        request.clear();
+        {
+            let authorization = if https {
+                self.inner.authorization.read().clone()
+            } else {
+                None
+            };
+            http1::request(
+                &mut request,
+                target.path,
+                &target.host_header,
+                authorization.as_ref(),
+                !self.inner.keep_alive,
+            );
+        }
+        let tls = if https { pool.tls.as_ref() } else { None };
+        let mut pooled = if self.inner.keep_alive {
+            pool.checkout(target.authority)
+        } else {
+            None
+        };
+        loop {
+            let reused = pooled.is_some();
+            let mut conn = match pooled.take() {
+                Some(conn) => conn,
+                None => conn::connect(target.host, target.port, tls, &mut scratch)
+                    .await
+                    .map_err(Failure::from_connect)?,
+            };
+            match self.exchange(&mut conn, &request, &mut scratch).await {
+                Ok((body, reusable)) => {
+                    if reusable && self.inner.keep_alive && !scratch.leftover() {
+                        pool.checkin(target.authority, conn);
+                    }
+                    scratch.request = request;
+                    return Ok(body);
+                }
+                Err(Exchange::Stale(_)) if reused => {
+                    drop(conn);
+                    scratch.reset();
+                }
+                Err(Exchange::Stale(e)) => return Err(Failure::Request(e)),
+                Err(Exchange::Failed(failure)) => return Err(failure),
+            }
+        }
+    }
+
+    /// Writes the request and reads the answer; with whether the connection may be reused.
+    async fn exchange(
+        &self,
+        conn: &mut Conn,
+        request: &[u8],
+        s: &mut Scratch,
+    ) -> Result<(Body, bool), Exchange> {
+        conn.write(request, s).await.map_err(|e| match e {
+            IoFailure::Io(e) => Exchange::Stale(e),
+            IoFailure::Tls(e) => Exchange::Failed(Failure::from_tls(e)),
+        })?;
+        let mut input = std::mem::take(&mut s.plain);
+        input.clear();
+        let result = self.response(conn, &mut input, s).await;
+        input.clear();
+        s.plain = input;
+        result
+    }
+
+    async fn response(
+        &self,
+        conn: &mut Conn,
+        input: &mut Vec<u8>,
+        s: &mut Scratch,
+    ) -> Result<(Body, bool), Exchange> {
+        // The head, skipping informational (1xx) ones.
+        let mut received = false;
+        let mut scanned = 0;
+        let head = loop {
+            let parsed = if http1::head_may_be_complete(input, scanned) {
+                http1::parse_head(input)
+            } else {
+                Ok(None)
+            };
+            scanned = input.len();
+            match parsed {
+                Ok(Some(head)) if (100..200).contains(&head.status) && head.status != 101 => {
+                    input.drain(..head.len);
+                    scanned = 0;
+                    continue;
+                }
+                Ok(Some(head)) => break head,
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Exchange::Failed(Failure::Request(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        e,
+                    ))));
+                }
+            }
+            let nothing_yet = !received;
+            match conn.read(input, s).await {
+                Ok(Read::Data) => received = true,
+                Ok(Read::Eof) if nothing_yet => return Err(Exchange::Stale(incomplete())),
+                Ok(Read::Eof) => return Err(Exchange::Failed(Failure::Request(incomplete()))),
+                Err(IoFailure::Io(e)) if nothing_yet => return Err(Exchange::Stale(e)),
+                Err(IoFailure::Io(e)) => return Err(Exchange::Failed(Failure::Request(e))),
+                Err(IoFailure::Tls(e)) => return Err(Exchange::Failed(Failure::from_tls(e))),
+            }
+        };
+        let status = StatusCode::from_u16(head.status).map_err(|_| {
+            Exchange::Failed(Failure::Request(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "invalid HTTP status code",
+            )))
+        })?;
         if status != StatusCode::OK {
-            return Err(Failure::Status(status));
+            return Err(Exchange::Failed(Failure::Status(status)));
         }
         let limit = self.inner.max_body_bytes;
-        let declared = response
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|len| len > limit as u64) {
-            return Err(Failure::TooLarge(limit));
-        }
-        read_body(response.into_body(), limit, declared, &self.inner.budget).await
+        let body_start = head.len;
+        let result = match head.framing {
+            Framing::Length(len) => {
+                if len > limit as u64 {
+                    return Err(Exchange::Failed(Failure::TooLarge(limit)));
+                }
+                let len = usize::try_from(len).unwrap_or(limit);
+                self.read_sized(conn, input, body_start, len, s).await
+            }
+            Framing::Chunked => self.read_streamed(conn, input, body_start, true, s).await,
+            Framing::Close => self.read_streamed(conn, input, body_start, false, s).await,
+        };
+        result
+            .map(|(body, clean)| (body, clean && head.reusable))
+            .map_err(Exchange::Failed)
     }
+
+    /// A Content-Length body: its room is taken at once and it is read into one buffer of
+    /// exactly its size (the bytes after the head first).
+    async fn read_sized(
+        &self,
+        conn: &mut Conn,
+        input: &[u8],
+        start: usize,
+        len: usize,
+        s: &mut Scratch,
+    ) -> Result<(Body, bool), Failure> {
+        let held = take(&self.inner.budget, units(len)).await?;
+        let mut buf: Vec<u8> = Vec::with_capacity(len);
+        let early = input.get(start..).unwrap_or_default();
+        buf.extend_from_slice(&early[..early.len().min(len)]);
+        let mut clean = early.len() <= len;
+        while buf.len() < len {
+            match conn.read(&mut buf, s).await {
+                Ok(Read::Data) => {}
+                Ok(Read::Eof) => return Err(Failure::Body(incomplete().into())),
+                Err(IoFailure::Io(e)) => return Err(Failure::Body(e.into())),
+                Err(IoFailure::Tls(e)) => return Err(Failure::Body(e.into())),
+            }
+        }
+        if buf.len() > len {
+            // More than announced: the rest is not ours, nor is the connection reusable.
+            buf.truncate(len);
+            clean = false;
+        }
+        Ok((
+            Body {
+                bytes: Bytes::from(buf),
+                _budget: held,
+            },
+            clean,
+        ))
+    }
+
+    /// A chunked body (or one until the connection closes): read into one buffer that
+    /// doubles as needed, room taken from the budget before each growth, so the total of
+    /// bodies in flight stays bounded and a body over the limit fails as soon as it passes
+    /// it.
+    async fn read_streamed(
+        &self,
+        conn: &mut Conn,
+        input: &mut Vec<u8>,
+        start: usize,
+        chunked: bool,
+        s: &mut Scratch,
+    ) -> Result<(Body, bool), Failure> {
+        let limit = self.inner.max_body_bytes;
+        let mut held = take(&self.inner.budget, units(INITIAL_BODY_BYTES.min(limit))).await?;
+        let mut buf: Vec<u8> = Vec::new();
+        buf.reserve_exact(held.num_permits() * BUDGET_UNIT);
+        let mut decoder = Chunked::default();
+        input.drain(..start.min(input.len()));
+        loop {
+            let mut rest = &input[..];
+            loop {
+                let data = if chunked {
+                    match decoder.next(&mut rest) {
+                        Ok(Some(data)) => data,
+                        Ok(None) => break,
+                        Err(e) => return Err(Failure::Body(e.into())),
+                    }
+                } else if rest.is_empty() {
+                    break;
+                } else {
+                    std::mem::take(&mut rest)
+                };
+                let needed = buf.len() + data.len();
+                if needed > limit {
+                    return Err(Failure::TooLarge(limit));
+                }
+                if needed > buf.capacity() {
+                    let grown = needed.max(buf.capacity() * 2).min(limit);
+                    let more = units(grown).saturating_sub(held.num_permits());
+                    if more > 0 {
+                        held.merge(take(&self.inner.budget, more).await?);
+                    }
+                    buf.reserve_exact(grown - buf.len());
+                }
+                buf.extend_from_slice(data);
+            }
+            if chunked && decoder.done() {
+                let clean = rest.is_empty();
+                return Ok((
+                    Body {
+                        bytes: Bytes::from(buf),
+                        _budget: held,
+                    },
+                    clean,
+                ));
+            }
+            input.clear();
+            match conn.read(input, s).await {
+                Ok(Read::Data) => {}
+                Ok(Read::Eof) if !chunked => {
+                    return Ok((
+                        Body {
+                            bytes: Bytes::from(buf),
+                            _budget: held,
+                        },
+                        false,
+                    ));
+                }
+                Ok(Read::Eof) => return Err(Failure::Body(incomplete().into())),
+                Err(IoFailure::Io(e)) => return Err(Failure::Body(e.into())),
+                Err(IoFailure::Tls(e)) => return Err(Failure::Body(e.into())),
+            }
+        }
+    }
+}
+
+/// Where a URL points, as the connection and the request need it.
+struct Endpoint<'a> {
+    /// `host:port` as in the URL: the pool key.
+    authority: &'a str,
+    /// The host without brackets: what is connected to and verified.
+    host: &'a str,
+    port: u16,
+    /// The `Host` header: the host, and the port unless it is the scheme's default.
+    host_header: String,
+    path: &'a str,
+}
+
+impl<'a> Endpoint<'a> {
+    fn new(uri: &'a Uri, https: bool) -> Option<Self> {
+        let authority = uri.authority()?;
+        let host = authority.host();
+        let default_port = if https { 443 } else { 80 };
+        let port = authority.port_u16().unwrap_or(default_port);
+        let host_header = match authority.port_u16() {
+            Some(port) if port != default_port => format!("{host}:{port}"),
+            _ => host.to_owned(),
+        };
+        Some(Endpoint {
+            authority: authority.as_str(),
+            host: host.trim_start_matches('[').trim_end_matches(']'),
+            port,
+            host_header,
+            path: uri.path_and_query().map_or("/", |p| p.as_str()),
+        })
+    }
+}
+
+/// How an exchange on one connection ended badly.
+enum Exchange {
+    /// The connection was closed (or failed) before any byte of the answer: on a reused
+    /// connection, the kubelet closed it while it was idle.
+    Stale(io::Error),
+    /// Anything else.
+    Failed(Failure),
+}
+
+/// hyper's words for a connection that closed before the answer was complete.
+fn incomplete() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "connection closed before message completed",
+    )
 }
 
 /// A kubelet response body, holding its share of [`Config::max_bodies_bytes`] until dropped
@@ -370,46 +636,6 @@ fn units(bytes: usize) -> usize {
     bytes.div_ceil(BUDGET_UNIT)
 }
 
-/// Reads a body into one buffer (sized from Content-Length when there is one, doubling
-/// otherwise), taking room from `budget` before each growth: the total of bodies in flight
-/// stays bounded, and a body over `limit` fails as soon as it passes it.
-async fn read_body(
-    mut body: hyper::body::Incoming,
-    limit: usize,
-    declared: Option<u64>,
-    budget: &Arc<Semaphore>,
-) -> Result<Body, Failure> {
-    let initial = declared.map_or(INITIAL_BODY_BYTES, |len| {
-        usize::try_from(len).unwrap_or(limit)
-    });
-    let mut buf: Vec<u8> = Vec::new();
-    let mut held = take(budget, units(initial.min(limit))).await?;
-    buf.reserve_exact(held.num_permits() * BUDGET_UNIT);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Failure::Body(e.into()))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        let needed = buf.len() + data.len();
-        if needed > limit {
-            return Err(Failure::TooLarge(limit));
-        }
-        if needed > buf.capacity() {
-            let grown = needed.max(buf.capacity() * 2).min(limit);
-            let more = units(grown).saturating_sub(held.num_permits());
-            if more > 0 {
-                held.merge(take(budget, more).await?);
-            }
-            buf.reserve_exact(grown - buf.len());
-        }
-        buf.extend_from_slice(&data);
-    }
-    Ok(Body {
-        bytes: Bytes::from(buf),
-        _budget: held,
-    })
-}
-
 /// `units` of room, waiting while other bodies hold it (the request's deadline bounds the
 /// wait).
 async fn take(budget: &Arc<Semaphore>, units: usize) -> Result<OwnedSemaphorePermit, Failure> {
@@ -426,12 +652,12 @@ const INITIAL_BODY_BYTES: usize = 64 * 1024;
 /// A failure before the peer is attached.
 enum Failure {
     Refused,
-    Connect(std::io::Error),
+    Connect(io::Error),
     UnknownAuthority,
     NameMismatch,
     BadCertificate(String),
     Tls(rustls::Error),
-    Request(hyper_util::client::legacy::Error),
+    Request(io::Error),
     Status(StatusCode),
     TooLarge(usize),
     Body(Box<dyn std::error::Error + Send + Sync>),
@@ -456,55 +682,30 @@ impl Failure {
             Failure::Body(source) => Error::Body { peer, source },
         }
     }
-}
 
-/// Finds the real cause in hyper's error chain: a rustls error (certificate problems) or the
-/// TCP connect `io::Error`. `io::Error::source` skips its own payload, so payloads are
-/// unwrapped explicitly.
-fn classify(error: hyper_util::client::legacy::Error) -> Failure {
-    let mut tls: Option<rustls::Error> = None;
-    let mut io: Option<(std::io::ErrorKind, String)> = None;
-    let mut stack: Vec<&(dyn std::error::Error + 'static)> = Vec::new();
-    if let Some(source) = std::error::Error::source(&error) {
-        stack.push(source);
-    }
-    while let Some(e) = stack.pop() {
-        if let Some(r) = e.downcast_ref::<rustls::Error>() {
-            tls = Some(r.clone());
-            break;
-        }
-        if let Some(ioe) = e.downcast_ref::<std::io::Error>() {
-            if io.is_none() || ioe.kind() != std::io::ErrorKind::Other {
-                io = Some((ioe.kind(), ioe.to_string()));
-            }
-            if let Some(inner) = ioe.get_ref() {
-                stack.push(inner);
-                continue;
-            }
-        }
-        if let Some(next) = e.source() {
-            stack.push(next);
-        }
-    }
-    if let Some(tls) = tls {
-        return match &tls {
+    /// A certificate problem gets its own reason; any other TLS failure is `tls`.
+    fn from_tls(error: rustls::Error) -> Failure {
+        match &error {
             rustls::Error::InvalidCertificate(cert) => match cert {
                 rustls::CertificateError::UnknownIssuer => Failure::UnknownAuthority,
                 rustls::CertificateError::NotValidForName
                 | rustls::CertificateError::NotValidForNameContext { .. } => Failure::NameMismatch,
-                _ => Failure::BadCertificate(tls.to_string()),
+                _ => Failure::BadCertificate(error.to_string()),
             },
-            _ => Failure::Tls(tls),
-        };
+            _ => Failure::Tls(error),
+        }
     }
-    if error.is_connect()
-        && let Some((kind, message)) = io
-    {
-        return if kind == std::io::ErrorKind::ConnectionRefused {
-            Failure::Refused
-        } else {
-            Failure::Connect(std::io::Error::new(kind, message))
-        };
+
+    fn from_connect(error: ConnectFailure) -> Failure {
+        match error {
+            ConnectFailure::Tls(e) => Failure::from_tls(e),
+            ConnectFailure::Io(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                Failure::Refused
+            }
+            ConnectFailure::Io(e) => Failure::Connect(e),
+        }
     }
-    Failure::Request(error)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,8 @@
 //! Talking to kubelets: the HTTPS client and the two payload parsers.
 //!
 //! # Layout
-//! - [`client`]: hyper + rustls, kept-alive connections, bounded bodies, actionable errors.
+//! - [`client`]: HTTP/1.1 GET over unbuffered rustls, kept-alive connections without idle
+//!   buffers, bounded bodies, actionable errors.
 //! - [`resource`]: `/metrics/resource` (Prometheus text), the default source.
 //! - [`summary`]: `/stats/summary?only_cpu_and_memory=true` (JSON), chosen with a flag.
 

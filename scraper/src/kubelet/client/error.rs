@@ -162,7 +162,7 @@ pub enum Error {
         peer: Box<Peer>,
         /// The cause.
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: std::io::Error,
     },
 }
 

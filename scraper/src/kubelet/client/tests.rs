@@ -1,0 +1,323 @@
+//! The client end to end over plain HTTP against a scripted raw-TCP server (TLS, certificates
+//! and the kubelet's faults are covered by `tests/conformance/tests/scrape.rs`).
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// What the server does with a request.
+#[derive(Clone)]
+struct Answer {
+    bytes: Vec<u8>,
+    /// Close the connection after answering.
+    close: bool,
+}
+
+fn answer(bytes: impl Into<Vec<u8>>) -> Answer {
+    Answer {
+        bytes: bytes.into(),
+        close: false,
+    }
+}
+
+struct Server {
+    url: String,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+/// Serves `script(n)` to the n-th request (from 0), on any connection.
+async fn serve(script: impl Fn(usize) -> Answer + Send + Sync + 'static) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(script);
+    let (c, r) = (Arc::clone(&connections), Arc::clone(&requests));
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            c.fetch_add(1, Ordering::SeqCst);
+            let (script, r) = (Arc::clone(&script), Arc::clone(&r));
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let mut chunk = [0u8; 4096];
+                    let Ok(n) = stream.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = buf.drain(..end + 4).collect();
+                        let n = {
+                            let mut r = r.lock();
+                            r.push(String::from_utf8(head).unwrap());
+                            r.len() - 1
+                        };
+                        let a = script(n);
+                        if stream.write_all(&a.bytes).await.is_err() || a.close {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Server {
+        url,
+        connections,
+        requests,
+    }
+}
+
+fn plain_client(keep_alive: bool) -> Client {
+    Client::new(Config {
+        plain_http: true,
+        keep_alive,
+        timeout: Duration::from_secs(2),
+        max_body_bytes: 1 << 20,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+
+#[tokio::test]
+async fn a_kept_alive_connection_is_reused_and_the_request_is_minimal() {
+    let s = serve(|_| answer(OK)).await;
+    let c = plain_client(true);
+    for _ in 0..3 {
+        let body = c.get(&format!("{}/metrics/resource", s.url)).await.unwrap();
+        assert_eq!(&body[..], b"hello");
+    }
+    assert_eq!(s.connections.load(Ordering::SeqCst), 1);
+    let authority = s.url.trim_start_matches("http://");
+    assert_eq!(
+        s.requests.lock()[0],
+        format!("GET /metrics/resource HTTP/1.1\r\nhost: {authority}\r\n\r\n")
+    );
+    assert_eq!(c.inner.pool.read().idle(), 1);
+}
+
+#[tokio::test]
+async fn without_keep_alive_the_request_says_close_and_nothing_is_pooled() {
+    let s = serve(|_| Answer {
+        bytes: OK.into(),
+        close: true,
+    })
+    .await;
+    let c = plain_client(false);
+    for _ in 0..2 {
+        assert_eq!(&c.get(&s.url).await.unwrap()[..], b"hello");
+    }
+    assert_eq!(s.connections.load(Ordering::SeqCst), 2);
+    assert!(s.requests.lock()[0].contains("connection: close\r\n"));
+    assert_eq!(c.inner.pool.read().idle(), 0);
+}
+
+#[tokio::test]
+async fn a_connection_the_kubelet_closed_while_idle_is_replaced_without_an_error() {
+    // Every answer closes its connection, though it does not say so: the pooled connection
+    // is found closed (or fails before any byte of the answer) and the GET goes out again.
+    let s = serve(|_| Answer {
+        bytes: OK.into(),
+        close: true,
+    })
+    .await;
+    let c = plain_client(true);
+    for _ in 0..4 {
+        assert_eq!(&c.get(&s.url).await.unwrap()[..], b"hello");
+        // Let the close reach the client's reactor only sometimes.
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(s.connections.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn a_connection_closed_before_the_answer_on_a_new_connection_is_a_request_error() {
+    let s = serve(|_| Answer {
+        bytes: Vec::new(),
+        close: true,
+    })
+    .await;
+    let err = plain_client(true).get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "request", "{err}");
+    assert!(
+        err.to_string()
+            .contains("connection closed before message completed"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn chunked_bodies_are_read_whole_and_keep_the_connection() {
+    let s = serve(|_| {
+        answer(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        )
+    })
+    .await;
+    let c = plain_client(true);
+    for _ in 0..2 {
+        assert_eq!(&c.get(&s.url).await.unwrap()[..], b"abcde");
+    }
+    assert_eq!(s.connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_body_until_close_is_read_and_the_connection_not_kept() {
+    let s = serve(|_| Answer {
+        bytes: b"HTTP/1.1 200 OK\r\n\r\nuntil the end".to_vec(),
+        close: true,
+    })
+    .await;
+    let c = plain_client(true);
+    assert_eq!(&c.get(&s.url).await.unwrap()[..], b"until the end");
+    assert_eq!(c.inner.pool.read().idle(), 0);
+}
+
+#[tokio::test]
+async fn bad_framing_is_a_body_error_and_a_bad_head_a_request_error() {
+    let s = serve(|n| match n {
+        0 => answer("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"),
+        1 => Answer {
+            bytes: b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf".to_vec(),
+            close: true,
+        },
+        2 => answer("HTTP/1.1 200 OK\r\ncontent-length: nope\r\n\r\n"),
+        _ => answer("<html>not http</html>\r\n\r\n"),
+    })
+    .await;
+    let c = plain_client(true);
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "body", "{err}");
+    assert!(err.to_string().contains("invalid chunked body"), "{err}");
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "body", "{err}");
+    assert!(
+        err.to_string()
+            .contains("connection closed before message completed"),
+        "{err}"
+    );
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "request", "{err}");
+    assert!(err.to_string().contains("bad Content-Length"), "{err}");
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "request", "{err}");
+}
+
+#[tokio::test]
+async fn a_huge_head_is_refused_not_buffered() {
+    let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+    while head.len() < 256 * 1024 {
+        head.extend_from_slice(b"x-filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    let s = serve(move |_| answer(head.clone())).await;
+    let err = plain_client(true).get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "request", "{err}");
+    assert!(
+        err.to_string().contains("response head larger than"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn declared_and_streamed_bodies_over_the_limit_are_refused() {
+    let s = serve(|n| match n {
+        0 => answer("HTTP/1.1 200 OK\r\ncontent-length: 2000000\r\n\r\n"),
+        _ => {
+            let mut a = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+            for _ in 0..40 {
+                a.extend_from_slice(b"8000\r\n");
+                a.extend(std::iter::repeat_n(b'x', 0x8000));
+                a.extend_from_slice(b"\r\n");
+            }
+            answer(a)
+        }
+    })
+    .await;
+    let c = plain_client(true);
+    for _ in 0..2 {
+        let err = c.get(&s.url).await.unwrap_err();
+        assert_eq!(err.reason(), "body_too_large", "{err}");
+    }
+}
+
+#[tokio::test]
+async fn more_bytes_than_announced_are_cut_and_the_connection_dropped() {
+    let s = serve(|_| answer("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhello")).await;
+    let c = plain_client(true);
+    assert_eq!(&c.get(&s.url).await.unwrap()[..], b"he");
+    assert_eq!(c.inner.pool.read().idle(), 0);
+}
+
+#[tokio::test]
+async fn other_statuses_and_informational_heads() {
+    let s = serve(|n| match n {
+        0 => answer("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
+        _ => answer("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"),
+    })
+    .await;
+    let c = plain_client(true);
+    assert_eq!(&c.get(&s.url).await.unwrap()[..], b"ok");
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "status", "{err}");
+    assert!(
+        err.to_string()
+            .contains("request failed, status: \"503 Service Unavailable\""),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_expire() {
+    let s = serve(|_| answer(OK)).await;
+    let c = plain_client(true);
+    c.get(&s.url).await.unwrap();
+    let pool = Arc::clone(&c.inner.pool.read());
+    assert_eq!(pool.idle(), 1);
+    // An expired connection is not handed out (checked with the pool's own clock).
+    tokio::time::pause();
+    tokio::time::advance(POOL_IDLE_TIMEOUT + Duration::from_secs(1)).await;
+    let authority = s.url.trim_start_matches("http://");
+    assert!(pool.checkout(authority).is_none());
+    tokio::time::resume();
+}
+
+#[tokio::test]
+async fn refused_connections_say_so() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let err = plain_client(true).get(&url).await.unwrap_err();
+    assert_eq!(err.reason(), "connection_refused", "{err}");
+}
+
+#[tokio::test]
+async fn plain_http_urls_are_refused_without_the_flag() {
+    let c = Client::new(Config::default()).unwrap();
+    let err = c.get("http://127.0.0.1:1/").await.unwrap_err();
+    assert_eq!(err.reason(), "plain_http_refused");
+}
+
+#[tokio::test]
+async fn a_request_and_an_idle_connection_are_small() {
+    // A scrape task holds the request future, the pool a connection: the TLS state and the
+    // request's state are boxed, so neither carries KiBs inline.
+    let c = plain_client(true);
+    let request = c.get("http://127.0.0.1:1/");
+    assert!(
+        std::mem::size_of_val(&request) <= 1024,
+        "{}",
+        std::mem::size_of_val(&request)
+    );
+    assert!(std::mem::size_of::<conn::Conn>() <= 64);
+}
