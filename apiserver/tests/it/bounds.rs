@@ -7,7 +7,6 @@
 //! executing seats); the only fixed waits are the short ones that show something does *not*
 //! happen.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +26,7 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
-use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
+use scraper::point::{NodeName, PodKey};
 use scraper::store::Store;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -37,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::Client;
 
-const SECOND: i64 = 1_000_000_000;
 pub(crate) const USER: &str = "jane";
 const PODS: &str = "/apis/metrics.k8s.io/v1beta1/pods";
 /// How long a test waits for something that must happen.
@@ -166,7 +164,6 @@ impl Stack {
 /// `nodes` nodes of 1,000 pods each, with usage.
 fn populate(inventory: &Inventory, store: &Store, nodes: usize) {
     let labels = inventory.interner().labels([("app", "web")]);
-    let now = serve::router::unix_now_ns();
     for n in 0..nodes {
         let node = NodeName::from(format!("node-{n:02}").as_str());
         inventory.upsert_node(NodeRecord {
@@ -184,30 +181,7 @@ fn populate(inventory: &Inventory, store: &Store, nodes: usize) {
                 node_name: Some(node.clone()),
             });
         }
-        for round in 0..2_i64 {
-            let ts = now - (1 - round) * 15 * SECOND;
-            let sample = Sample {
-                timestamp_ns: ts,
-                cpu_usage_ns_total: Some(u64::try_from(round + 1).unwrap() * 3_000_000_000),
-                cpu_nanocores: None,
-                memory_working_set_bytes: Some(64 << 20),
-                start_time_ns: Some(now - 3600 * SECOND),
-                swap_bytes: None,
-            };
-            let scrape = NodeScrape {
-                node: Some(sample),
-                containers: pods
-                    .iter()
-                    .map(|pod| ContainerSample {
-                        namespace: Cow::Borrowed("default"),
-                        pod: Cow::Borrowed(pod.as_str()),
-                        container: Cow::Borrowed("app"),
-                        sample,
-                    })
-                    .collect(),
-            };
-            store.ingest(&node, &scrape, ts);
-        }
+        crate::support::ingest_two_scrapes(store, &node, &pods);
     }
 }
 

@@ -12,7 +12,7 @@ use apiserver::stack;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode, Version, header};
 use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
 use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
@@ -182,18 +182,7 @@ async fn send(
     if let Some(v) = accept_encoding {
         request = request.header(header::ACCEPT_ENCODING, v);
     }
-    let request = request.body(Empty::<Bytes>::new()).unwrap();
-    let response = if h2 {
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        sender.send_request(request).await.unwrap()
-    } else {
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
-        tokio::spawn(conn);
-        sender.send_request(request).await.unwrap()
-    };
+    let response = crate::support::send(io, h2, request.body(Empty::<Bytes>::new()).unwrap()).await;
     let status = response.status();
     let version = response.version();
     let headers = response.headers().clone();

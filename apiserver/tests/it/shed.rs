@@ -7,7 +7,6 @@
 //! so the test owns the store; the cold-store filter comes last, where authorization would
 //! precede it. `run_wires_admission_from_the_flags` checks `run`'s own wiring.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ use http::StatusCode;
 use http::request::Parts;
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
-use scraper::point::{ContainerSample, NodeName, NodeScrape, PodKey, Sample};
+use scraper::point::{NodeName, PodKey};
 use scraper::store::Store;
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -31,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::{Client, Reply, start};
 
-const SECOND: i64 = 1_000_000_000;
 const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 const VPA: &str = "system:serviceaccount:kube-system:vpa-recommender";
 const V1: &str = "/apis/metrics.k8s.io/v1";
@@ -190,32 +188,8 @@ fn populate(inventory: &Inventory) {
 
 /// Two scrapes of `n1`, 15 s apart and ending now: usage for the node and its pods.
 fn fill(store: &Store) {
-    let now = serve::router::unix_now_ns();
     let pods: Vec<String> = (0..4).map(|i| format!("web-{i}")).collect();
-    for round in 0..2_i64 {
-        let ts = now - (1 - round) * 15 * SECOND;
-        let sample = Sample {
-            timestamp_ns: ts,
-            cpu_usage_ns_total: Some(u64::try_from(round + 1).unwrap() * 3_000_000_000),
-            cpu_nanocores: None,
-            memory_working_set_bytes: Some(64 << 20),
-            start_time_ns: Some(now - 3600 * SECOND),
-            swap_bytes: None,
-        };
-        let scrape = NodeScrape {
-            node: Some(sample),
-            containers: pods
-                .iter()
-                .map(|pod| ContainerSample {
-                    namespace: Cow::Borrowed("default"),
-                    pod: Cow::Borrowed(pod.as_str()),
-                    container: Cow::Borrowed("app"),
-                    sample,
-                })
-                .collect(),
-        };
-        store.ingest(&NodeName::from("n1"), &scrape, ts);
-    }
+    crate::support::ingest_two_scrapes(store, &NodeName::from("n1"), &pods);
 }
 
 fn json(reply: &Reply) -> Value {

@@ -1,5 +1,6 @@
 //! Starting the server in-process and talking to it over TLS.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use scraper::inventory::Inventory;
+use scraper::point::{ContainerSample, NodeName, NodeScrape, Sample};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
@@ -221,18 +223,7 @@ pub(crate) async fn get_on(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let request = request.body(Empty::<Bytes>::new()).unwrap();
-    let response = if h2 {
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        sender.send_request(request).await.unwrap()
-    } else {
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
-        tokio::spawn(conn);
-        sender.send_request(request).await.unwrap()
-    };
+    let response = send(io, h2, request.body(Empty::<Bytes>::new()).unwrap()).await;
     let status = response.status();
     let version = response.version();
     let headers = response.headers().clone();
@@ -274,5 +265,55 @@ where
             return None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends `request` on a new HTTP/1.1 or h2 client connection over `io`; the response head.
+pub(crate) async fn send(
+    io: TokioIo<TlsStream<TcpStream>>,
+    h2: bool,
+    request: Request<Empty<Bytes>>,
+) -> http::Response<hyper::body::Incoming> {
+    if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender.send_request(request).await.unwrap()
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        sender.send_request(request).await.unwrap()
+    }
+}
+
+/// Two scrapes of `node` 15 s apart and ending now, one `app` container per pod of
+/// `default`: usage for the node and every pod.
+pub(crate) fn ingest_two_scrapes(store: &scraper::store::Store, node: &NodeName, pods: &[String]) {
+    const SECOND: i64 = 1_000_000_000;
+    let now = serve::router::unix_now_ns();
+    for round in 0..2_i64 {
+        let ts = now - (1 - round) * 15 * SECOND;
+        let sample = Sample {
+            timestamp_ns: ts,
+            cpu_usage_ns_total: Some(u64::try_from(round + 1).unwrap() * 3_000_000_000),
+            cpu_nanocores: None,
+            memory_working_set_bytes: Some(64 << 20),
+            start_time_ns: Some(now - 3600 * SECOND),
+            swap_bytes: None,
+        };
+        let scrape = NodeScrape {
+            node: Some(sample),
+            containers: pods
+                .iter()
+                .map(|pod| ContainerSample {
+                    namespace: Cow::Borrowed("default"),
+                    pod: Cow::Borrowed(pod.as_str()),
+                    container: Cow::Borrowed("app"),
+                    sample,
+                })
+                .collect(),
+        };
+        store.ingest(node, &scrape, ts);
     }
 }
