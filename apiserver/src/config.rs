@@ -111,6 +111,21 @@ impl Settings {
     pub fn resolution(&self) -> Duration {
         self.scrape.resolution
     }
+
+    /// Changes the resolution and what [`Settings::for_resolution`] derives from it
+    /// (staleness, readiness timeout, cold-store window), capping the kubelet request timeout
+    /// at 9/10 of it, as the flag rules require. Unlike `--metric-resolution` it takes
+    /// periods under 10 s: for harnesses that compress time (the soak run), not for serving.
+    pub fn set_resolution(&mut self, resolution: Duration) {
+        let derived = Settings::for_resolution(resolution);
+        self.scrape.resolution = resolution;
+        self.store = derived.store;
+        self.readiness_timeout = derived.readiness_timeout;
+        self.shed.cold_store_window = derived.shed.cold_store_window;
+        let timeout = self.scrape.request_timeout.min(resolution * 9 / 10);
+        self.scrape.request_timeout = timeout;
+        self.kubelet_client.timeout = timeout;
+    }
 }
 
 /// `--cold-store-window`'s default: 2 x resolution, at least 1m.
@@ -214,5 +229,27 @@ impl Default for Shed {
             cold_store_window: Duration::from_secs(60),
             max_retry_after: Duration::from_secs(32),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_resolution_moves_what_derives_from_it_and_caps_the_kubelet_timeout() {
+        let mut settings = Settings::default();
+        settings.set_resolution(Duration::from_secs(1));
+        assert_eq!(settings.resolution(), Duration::from_secs(1));
+        assert_eq!(settings.store.staleness, Duration::from_secs(2));
+        assert_eq!(settings.readiness_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(settings.shed.cold_store_window, Duration::from_secs(60));
+        assert_eq!(settings.scrape.request_timeout, Duration::from_millis(900));
+        assert_eq!(settings.kubelet_client.timeout, Duration::from_millis(900));
+
+        // A longer resolution keeps a shorter request timeout.
+        settings.set_resolution(Duration::from_secs(120));
+        assert_eq!(settings.scrape.request_timeout, Duration::from_millis(900));
+        assert_eq!(settings.shed.cold_store_window, Duration::from_secs(240));
     }
 }

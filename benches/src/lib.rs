@@ -6,6 +6,7 @@
 //! - [`Payload`]: a named kubelet body with its source, ready to parse.
 //! - [`scale`]: the scale harness (the server binary against a simulated cluster).
 //! - [`idle`]: held idle TLS connections against the server beside an HPA-shaped client.
+//! - [`soak`]: the server's memory across many periods of a churning cluster.
 //! - [`synthetic`]: a synthetic cluster of parsed scrapes for the store benches.
 //! - [`ttd`]: the time-to-data harness (seconds from a server start to data and readiness).
 
@@ -14,6 +15,7 @@
 
 pub mod idle;
 pub mod scale;
+pub mod soak;
 pub mod synthetic;
 pub mod ttd;
 

@@ -29,6 +29,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             nodes,
             pods_per_node: 30,
             containers: 2,
+            housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
         },
         idle: 5000,
         window: Duration::from_secs(20),

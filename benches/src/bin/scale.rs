@@ -34,6 +34,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             nodes: 5000,
             pods_per_node: 30,
             containers: 2,
+            housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
         },
         resolution: Duration::from_secs(15),
         duration: Duration::from_secs(120),

@@ -40,6 +40,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             nodes: 100,
             pods_per_node: 30,
             containers: 2,
+            housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
         },
         cases: Vec::new(),
         repeat: 1,

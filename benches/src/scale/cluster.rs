@@ -41,6 +41,8 @@ pub struct Shape {
     pub pods_per_node: usize,
     /// Containers per pod.
     pub containers: usize,
+    /// How often each kubelet refreshes its stats (cAdvisor's housekeeping interval).
+    pub housekeeping: std::time::Duration,
 }
 
 /// The running control plane and kubelets.
@@ -78,8 +80,9 @@ impl Cluster {
         .await?;
         let boot_ms = clock() - 3_600_000;
         let models: Vec<SimNode> = (0..shape.nodes)
-            .map(|i| {
-                SimNode::generate(
+            .map(|i| SimNode {
+                housekeeping: shape.housekeeping,
+                ..SimNode::generate(
                     &node_name(i),
                     shape.pods_per_node,
                     shape.containers,

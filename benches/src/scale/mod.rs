@@ -140,14 +140,14 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
 }
 
 /// Wall-clock Unix milliseconds: the simulated kubelets' "now".
-fn unix_ms() -> i64 {
+pub fn unix_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// `metrics_server_kubelet_request_total{success="..."}` from the server's `/metrics`.
-fn scrape_counters(text: &str) -> (u64, u64) {
+pub fn scrape_counters(text: &str) -> (u64, u64) {
     let value = |success: &str| {
         let prefix = format!("metrics_server_kubelet_request_total{{success=\"{success}\"}}");
         text.lines()
@@ -167,7 +167,8 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn mib(b: u64) -> f64 {
+/// Bytes in MiB, for reports.
+pub fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 

@@ -35,6 +35,19 @@ impl Server {
         resolution: &str,
         extra: &[String],
     ) -> anyhow::Result<Server> {
+        Server::start_with(binary, &[], kubeconfig, dir, resolution, extra)
+    }
+
+    /// [`Server::start`] with `leading` arguments before the server's flags (a harness that
+    /// runs the server as a subcommand of itself).
+    pub fn start_with(
+        binary: &Path,
+        leading: &[String],
+        kubeconfig: &Path,
+        dir: &Path,
+        resolution: &str,
+        extra: &[String],
+    ) -> anyhow::Result<Server> {
         let port = free_port()?;
         let mut args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
@@ -50,6 +63,7 @@ impl Server {
         let stderr =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(binary)
+            .args(leading)
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -6,8 +6,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -42,7 +42,9 @@ struct Counters {
 }
 
 struct FleetNode {
-    model: SimNode,
+    /// Changed by [`SimFleet::update`] (pod churn); rendering holds the read lock only while
+    /// it samples the stats.
+    model: RwLock<SimNode>,
     clock: Clock,
     counters: Arc<Counters>,
 }
@@ -50,6 +52,7 @@ struct FleetNode {
 /// Many simulated kubelets sharing one certificate and runtime. Dropping it stops serving;
 /// [`SimFleet::shutdown`] waits.
 pub struct SimFleet {
+    nodes: Vec<Arc<FleetNode>>,
     names: Vec<String>,
     addrs: Vec<SocketAddr>,
     counters: Arc<Counters>,
@@ -89,18 +92,21 @@ impl SimFleet {
         let mut tasks = JoinSet::new();
         let mut names = Vec::with_capacity(models.len());
         let mut addrs = Vec::with_capacity(models.len());
+        let mut nodes = Vec::with_capacity(models.len());
         for model in models {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             addrs.push(listener.local_addr()?);
             names.push(model.name.clone());
             let node = Arc::new(FleetNode {
-                model,
+                model: RwLock::new(model),
                 clock: clock.clone(),
                 counters: counters.clone(),
             });
+            nodes.push(node.clone());
             tasks.spawn(accept(node, listener, acceptor.clone(), shutdown.clone()));
         }
         Ok(SimFleet {
+            nodes,
             names,
             addrs,
             counters,
@@ -127,6 +133,16 @@ impl SimFleet {
     /// Where node `i` listens.
     pub fn addr(&self, i: usize) -> Option<SocketAddr> {
         self.addrs.get(i).copied()
+    }
+
+    /// Changes node `i`'s model (its pods, their containers), as a kubelet sees pods come
+    /// and go: the next request renders the changed model. `false`: no such node.
+    pub fn update(&self, i: usize, f: impl FnOnce(&mut SimNode)) -> bool {
+        let Some(node) = self.nodes.get(i) else {
+            return false;
+        };
+        f(&mut node.model.write().unwrap_or_else(|e| e.into_inner()));
+        true
     }
 
     /// Request counters summed over every node.
@@ -209,7 +225,11 @@ fn handle(node: &FleetNode, req: &Request<Incoming>) -> Response<Body> {
     } else {
         return full(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n");
     };
-    let body = render(&node.model.stats_at((node.clock)()), summary);
+    let stats = {
+        let model = node.model.read().unwrap_or_else(|e| e.into_inner());
+        model.stats_at((node.clock)())
+    };
+    let body = render(&stats, summary);
     node.counters.served.fetch_add(1, Ordering::Relaxed);
     let content_type = if summary {
         "application/json"
@@ -300,6 +320,27 @@ mod tests {
         assert_eq!(counts.requests, 4);
         assert_eq!(counts.served, 3);
         assert_eq!(counts.connections, 4);
+        fleet.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn an_updated_model_is_what_the_next_request_renders() {
+        tls::provider::install_default();
+        let ca = tls::issue::Ca::new("fleet-test-ca").unwrap();
+        let clock: Clock = Arc::new(|| 1_000_000);
+        let fleet = SimFleet::start(&ca, vec![SimNode::generate("node-a", 2, 1, 0)], clock)
+            .await
+            .unwrap();
+        let addr = fleet.addr(0).unwrap();
+        let (_, before, _d1) = get(&ca, addr, "/metrics/resource").await;
+        assert!(before.contains("pod=\"node-a-pod-1\""), "{before}");
+
+        assert!(fleet.update(0, |m| m.pods[1].name = "node-a-replacement".to_owned()));
+        assert!(!fleet.update(1, |_| {}));
+        let (_, after, _d2) = get(&ca, addr, "/metrics/resource").await;
+        assert!(!after.contains("pod=\"node-a-pod-1\""), "{after}");
+        assert!(after.contains("pod=\"node-a-replacement\""), "{after}");
+        assert!(after.contains("pod=\"node-a-pod-0\""), "{after}");
         fleet.shutdown().await;
     }
 }

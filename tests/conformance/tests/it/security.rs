@@ -45,9 +45,18 @@ const SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:metrics-server"
 
 /// ConfigMaps with get, list and a watch that streams every change after the requested
 /// resourceVersion (`MODIFIED` events), so the server's real watch sees a rotated CA.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct WatchedConfigMaps {
     inner: Arc<Maps>,
+}
+
+impl WatchedConfigMaps {
+    /// Deletes a ConfigMap (before any watch is open: no DELETED event is streamed).
+    fn remove(&self, namespace: &str, name: &str) {
+        let mut state = self.inner.state.lock();
+        state.resource_version += 1;
+        state.maps.remove(&(namespace.to_owned(), name.to_owned()));
+    }
 }
 
 #[derive(Default)]
@@ -197,8 +206,12 @@ impl CoreApi for WatchedConfigMaps {
 // ---- The control plane and the server -----------------------------------------------------
 
 async fn control_plane(shutdown: &CancellationToken) -> ControlPlane {
+    control_plane_with(WatchedConfigMaps::default(), shutdown).await
+}
+
+async fn control_plane_with(maps: WatchedConfigMaps, shutdown: &CancellationToken) -> ControlPlane {
     let config = controlplane::Config {
-        core: Arc::new(WatchedConfigMaps::default()),
+        core: Arc::new(maps),
         aggregator: aggregator::Config {
             check_interval: Duration::from_millis(300),
             retry_initial: Duration::from_millis(50),
@@ -573,6 +586,56 @@ async fn a_front_proxy_ca_rotated_in_the_configmap_takes_effect_within_seconds()
         (StatusCode::UNAUTHORIZED, UNAUTHORIZED),
         "the old front-proxy certificate no longer works"
     );
+    server.stop().await;
+    shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_authentication_configmap_at_start_is_survived_and_used_once_created() {
+    // k8s.io/apiserver: a ConfigMap that does not exist is not a lookup failure; the server
+    // starts without front-proxy trust and its watch applies the ConfigMap when it appears.
+    let shutdown = CancellationToken::new();
+    let maps = WatchedConfigMaps::default();
+    let cp = control_plane_with(maps.clone(), &shutdown).await;
+    maps.remove("kube-system", AUTHENTICATION_CONFIGMAP);
+    let server = start_server(&cp, |_| {}, Vec::new()).await;
+    let masters: &[(&str, &str)] = &[
+        ("x-remote-user", "kube-aggregator"),
+        ("x-remote-group", "system:masters"),
+    ];
+    let proxy = client_cert(cp.front_proxy_ca(), FRONT_PROXY_CLIENT);
+    let (status, body) = must_get(server.addr, None, "/livez", &[]).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    // No CA trusts the front-proxy certificate yet: the request is anonymous, and the
+    // identity headers are ignored (never served as the system:masters they claim).
+    let (status, body) = must_get(server.addr, Some(&proxy), "/metrics", masters).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body.contains(r#"User \"system:anonymous\" cannot get path \"/metrics\""#),
+        "{body}"
+    );
+
+    let created_at = Instant::now();
+    cp.core().upsert_configmap(
+        "kube-system",
+        AUTHENTICATION_CONFIGMAP,
+        controlplane::authentication_configmap(
+            cp.cluster_ca().cert_pem(),
+            cp.front_proxy_ca().cert_pem(),
+        ),
+    );
+    loop {
+        let (status, body) = must_get(server.addr, Some(&proxy), "/metrics", masters).await;
+        if status == StatusCode::OK {
+            assert!(body.contains("apiserver_request_total"), "{body}");
+            break;
+        }
+        assert!(
+            created_at.elapsed() < Duration::from_secs(10),
+            "the created ConfigMap is applied without a restart: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     server.stop().await;
     shutdown.cancel();
 }
