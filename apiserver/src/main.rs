@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use apiserver::cli::{Flags, Logging, LoggingFormat};
 use clap::Parser;
 use clap::error::ErrorKind;
-use tokio_util::sync::CancellationToken;
 
 /// `EX_USAGE`: the command was used incorrectly.
 const EXIT_USAGE: u8 = 64;
@@ -46,61 +45,13 @@ fn main() -> ExitCode {
         tracing::warn!("--tls-cipher-suites is accepted but rustls's safe default suites are used");
     }
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("Error: starting the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        let shutdown = CancellationToken::new();
-        tokio::spawn(signals(shutdown.clone()));
-        apiserver::run(settings, shutdown).await
-    });
+    let result = apiserver::run::run_until_signalled(settings);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "metrics-server stopped");
             eprintln!("Error: {error}");
             ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
-        }
-    }
-}
-
-/// SIGINT or SIGTERM begins a graceful shutdown; a second one exits at once.
-async fn signals(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            tracing::error!("cannot listen for signals; stop with SIGKILL");
-            return;
-        };
-        for round in 0..2 {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            if round == 0 {
-                tracing::info!("received a termination signal, shutting down gracefully");
-                shutdown.cancel();
-            } else {
-                tracing::warn!("received a second termination signal, exiting now");
-                std::process::exit(1);
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            shutdown.cancel();
         }
     }
 }

@@ -66,6 +66,9 @@ pub enum Error {
     /// A task that should run until shutdown ended on its own.
     #[error("{0} stopped unexpectedly")]
     TaskEnded(&'static str),
+    /// The Tokio runtime could not be started.
+    #[error("starting the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 impl Error {
@@ -78,6 +81,55 @@ impl Error {
             | Error::Authn(auth::AuthnError::Config(_))
             | Error::Authz(_) => 64,
             _ => 1,
+        }
+    }
+}
+
+/// What the binary's `main` does once its flags are settings: [`run()`] on a new
+/// multi-threaded Tokio runtime until SIGTERM or SIGINT begins a graceful shutdown (a second
+/// signal exits at once).
+pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(signals(shutdown.clone()));
+        run(settings, shutdown).await
+    })
+}
+
+/// SIGINT or SIGTERM begins a graceful shutdown; a second one exits at once.
+async fn signals(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot listen for signals; stop with SIGKILL");
+            return;
+        };
+        for round in 0..2 {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            if round == 0 {
+                tracing::info!("received a termination signal, shutting down gracefully");
+                shutdown.cancel();
+            } else {
+                tracing::warn!("received a second termination signal, exiting now");
+                std::process::exit(1);
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            shutdown.cancel();
         }
     }
 }

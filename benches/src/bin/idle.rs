@@ -30,6 +30,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             pods_per_node: 30,
             containers: 2,
             housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
+            kubelet_processes: 0,
         },
         idle: 5000,
         window: Duration::from_secs(20),

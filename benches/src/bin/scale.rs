@@ -9,7 +9,10 @@
 //! ```
 //!
 //! Several sizes in one invocation: `--nodes 500,1000,2000,5000`. Each size prints a
-//! report and a `RESULT {json}` line.
+//! report and a `RESULT {json}` line. `--kubelet-processes 3` runs the simulated kubelets in
+//! three child processes (`scale kubelets ...`), which 15,000 nodes need: each node holds two
+//! descriptors (its listener and the server's kept-alive connection) against a limit of
+//! 20,000 per process.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,11 +20,13 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use benches::scale::cluster::Shape;
+use benches::scale::kubelets;
 use benches::scale::{Options, parse_duration as duration, parse_flags, run, run_sizes};
 
 const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
-[--setup-timeout 900s] [--server-bin PATH] [--server-arg FLAG]...";
+[--setup-timeout 900s] [--kubelet-processes K] [--server-bin PATH] [--server-arg FLAG]... \
+[--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s]";
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     let server_bin = std::env::current_exe()
@@ -35,6 +40,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             pods_per_node: 30,
             containers: 2,
             housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
+            kubelet_processes: 0,
         },
         resolution: Duration::from_secs(15),
         duration: Duration::from_secs(120),
@@ -43,6 +49,9 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         server_bin,
         setup_timeout: Duration::from_secs(900),
         server_args: Vec::new(),
+        hpa_rates: Vec::new(),
+        hpa_connections: 64,
+        hpa_duration: Duration::from_secs(10),
     };
     parse_flags(args, USAGE, |flag, value| {
         match flag {
@@ -54,6 +63,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             }
             "--pods-per-node" => o.shape.pods_per_node = value()?.parse()?,
             "--containers" => o.shape.containers = value()?.parse()?,
+            "--kubelet-processes" => o.shape.kubelet_processes = value()?.parse()?,
             "--resolution" => o.resolution = duration(&value()?)?,
             "--duration" => o.duration = duration(&value()?)?,
             "--warmup-periods" => o.warmup_periods = value()?.parse()?,
@@ -61,6 +71,14 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--setup-timeout" => o.setup_timeout = duration(&value()?)?,
             "--server-bin" => o.server_bin = PathBuf::from(value()?),
             "--server-arg" => o.server_args.push(value()?),
+            "--hpa-rates" => {
+                o.hpa_rates = value()?
+                    .split(',')
+                    .map(|s| s.trim().parse().context("--hpa-rates"))
+                    .collect::<anyhow::Result<_>>()?;
+            }
+            "--hpa-connections" => o.hpa_connections = value()?.parse()?,
+            "--hpa-duration" => o.hpa_duration = duration(&value()?)?,
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
         Ok(())
@@ -75,7 +93,11 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
 }
 
 fn main() -> ExitCode {
-    let parsed = parse(std::env::args().skip(1).collect());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == kubelets::SUBCOMMAND) {
+        return kubelets::child_main(args[1..].to_vec());
+    }
+    let parsed = parse(args);
     run_sizes("scale", parsed, |mut o, nodes| {
         o.shape.nodes = nodes;
         run(o)

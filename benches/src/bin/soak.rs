@@ -7,7 +7,8 @@
 //! ```
 //!
 //! `soak serve --resolution=1000ms -- FLAGS...` is the server it starts: `metrics-server`'s
-//! flags and [`apiserver::run()`], with the resolution set below the flag's 10 s floor.
+//! flags and [`apiserver::run::run_until_signalled`], with the resolution set below the
+//! flag's 10 s floor.
 
 // A harness, not the product: it may read std's clocks (clippy.toml disallows them).
 #![allow(clippy::disallowed_methods)]
@@ -21,7 +22,6 @@ use benches::scale::cluster::Shape;
 use benches::scale::{parse_duration, parse_flags, run_sizes};
 use benches::soak::{Options, run};
 use clap::Parser as _;
-use tokio_util::sync::CancellationToken;
 
 const USAGE: &str = "usage: soak [--nodes N] [--pods-per-node P] [--containers C] \
 [--resolution 1s] [--periods 1000] [--churn 10] [--sample-every 10] [--baseline-from 100] \
@@ -37,6 +37,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             pods_per_node: 30,
             containers: 2,
             housekeeping: Duration::ZERO,
+            kubelet_processes: 0,
         },
         resolution: Duration::from_secs(1),
         periods: 1000,
@@ -110,29 +111,7 @@ fn serve(args: &[String]) -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("Error: starting the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        let shutdown = CancellationToken::new();
-        let on_term = shutdown.clone();
-        tokio::spawn(async move {
-            if let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            {
-                term.recv().await;
-                on_term.cancel();
-            }
-        });
-        apiserver::run(settings, shutdown).await
-    });
+    let result = apiserver::run::run_until_signalled(settings);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

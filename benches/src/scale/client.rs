@@ -91,6 +91,19 @@ impl Client {
         marker: &[u8],
         gzip: bool,
     ) -> anyhow::Result<Fetched> {
+        self.get_accepting(path, "application/json", marker, gzip)
+            .await
+    }
+
+    /// [`Client::get_encoded`] with this `Accept` (e.g. the HPA's
+    /// `application/vnd.kubernetes.protobuf, */*`).
+    pub async fn get_accepting(
+        &mut self,
+        path: &str,
+        accept: &str,
+        marker: &[u8],
+        gzip: bool,
+    ) -> anyhow::Result<Fetched> {
         let ready = match &mut self.conn {
             Some((sender, _)) => sender.ready().await.is_ok(),
             None => false,
@@ -106,7 +119,7 @@ impl Client {
         };
         let mut req = Request::get(path)
             .header("host", "127.0.0.1")
-            .header("accept", "application/json")
+            .header("accept", accept)
             .header("x-remote-user", USER)
             .header("x-remote-group", GROUP);
         if gzip {

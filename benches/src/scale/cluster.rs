@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use conformance::controlplane::{self, ControlPlane, CoreApi};
-use conformance::kubelet::{Clock, SimFleet, SimNode};
+use conformance::kubelet::{Clock, SimNode};
 use conformance::objects::{ContainerSpec, Objects};
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use http_body_util::BodyExt as _;
 use tokio_util::sync::CancellationToken;
+
+use super::kubelets::Kubelets;
 
 /// The object store behind the control plane's `/api/v1`.
 struct ObjectsCore(Objects);
@@ -43,6 +45,37 @@ pub struct Shape {
     pub containers: usize,
     /// How often each kubelet refreshes its stats (cAdvisor's housekeeping interval).
     pub housekeeping: std::time::Duration,
+    /// Child processes the kubelets run in; 0: in this process (see [`Kubelets`]).
+    pub kubelet_processes: usize,
+}
+
+/// About how many pods one HPA target selects: pod 0 of every node (namespace `ns-0`) carries
+/// `hpa-target=t-<node % targets>` with [`hpa_targets`] targets, like a Deployment of ~100
+/// replicas that an HPA scales.
+pub const HPA_TARGET_PODS: usize = 100;
+
+/// How many HPA targets a cluster of `nodes` has.
+pub fn hpa_targets(nodes: usize) -> usize {
+    (nodes / HPA_TARGET_PODS).max(1)
+}
+
+/// The HPA controller's question for target `t`: its namespace's pods by label selector.
+pub fn hpa_path(t: usize) -> String {
+    format!("/apis/metrics.k8s.io/v1beta1/namespaces/ns-0/pods?labelSelector=hpa-target%3Dt-{t}")
+}
+
+/// Node `i`'s workload model: `SimNode::generate` at the shape's housekeeping interval (the
+/// same in the harness and in a kubelet child process).
+pub fn model(shape: &Shape, i: usize, boot_ms: i64) -> SimNode {
+    SimNode {
+        housekeeping: shape.housekeeping,
+        ..SimNode::generate(
+            &node_name(i),
+            shape.pods_per_node,
+            shape.containers,
+            boot_ms,
+        )
+    }
 }
 
 /// The running control plane and kubelets.
@@ -50,7 +83,7 @@ pub struct Cluster {
     /// The in-memory kube-apiserver.
     pub control_plane: ControlPlane,
     /// Every node's kubelet.
-    pub fleet: SimFleet,
+    pub fleet: Kubelets,
     /// Its objects.
     pub objects: Objects,
 }
@@ -80,15 +113,7 @@ impl Cluster {
         .await?;
         let boot_ms = clock() - 3_600_000;
         let models: Vec<SimNode> = (0..shape.nodes)
-            .map(|i| SimNode {
-                housekeeping: shape.housekeeping,
-                ..SimNode::generate(
-                    &node_name(i),
-                    shape.pods_per_node,
-                    shape.containers,
-                    boot_ms,
-                )
-            })
+            .map(|i| model(&shape, i, boot_ms))
             .collect();
         let pods: Vec<Vec<(String, String)>> = models
             .iter()
@@ -99,7 +124,8 @@ impl Cluster {
                     .collect()
             })
             .collect();
-        let fleet = SimFleet::start(control_plane.cluster_ca(), models, clock).await?;
+        let fleet =
+            Kubelets::start(control_plane.cluster_ca(), &shape, models, boot_ms, clock).await?;
         let containers: Vec<ContainerSpec> = (0..shape.containers)
             .map(|c| ContainerSpec::new(&format!("c{c}")))
             .collect();
@@ -115,16 +141,14 @@ impl Cluster {
                 &[("InternalIP", "127.0.0.1"), ("Hostname", &name)],
                 port,
             );
+            let target = format!("t-{}", i % hpa_targets(shape.nodes));
             for (p, (namespace, pod)) in pods.iter().enumerate() {
                 let app = format!("app-{}", p % 10);
-                objects.add_pod(
-                    namespace,
-                    pod,
-                    &name,
-                    &[("app", &app), ("pod-template-hash", "5d8f9c7b6")],
-                    "Running",
-                    &containers,
-                );
+                let mut labels = vec![("app", app.as_str()), ("pod-template-hash", "5d8f9c7b6")];
+                if p == 0 {
+                    labels.push(("hpa-target", &target));
+                }
+                objects.add_pod(namespace, pod, &name, &labels, "Running", &containers);
             }
         }
         Ok(Cluster {

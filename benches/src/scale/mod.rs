@@ -5,12 +5,16 @@
 //!
 //! # Layout
 //! - [`cluster`]: the control plane with the objects and the kubelet fleet.
+//! - [`hpa`]: HPA-shaped requests at a fixed rate from many connections.
+//! - [`kubelets`]: the simulated kubelets, in this process or in child processes.
 //! - [`server`]: the child process.
 //! - [`client`]: HTTPS requests with front-proxy authentication.
 //! - [`procfs`]: resident set and CPU time of a process, busy time of the machine.
 
 pub mod client;
 pub mod cluster;
+pub mod hpa;
+pub mod kubelets;
 pub mod procfs;
 pub mod server;
 
@@ -46,6 +50,12 @@ pub struct Options {
     pub setup_timeout: Duration,
     /// Extra flags for the server.
     pub server_args: Vec<String>,
+    /// HPA-shaped request rates to drive after the lists ([`hpa`]), one phase each.
+    pub hpa_rates: Vec<u32>,
+    /// Connections the HPA-shaped requests are spread over.
+    pub hpa_connections: usize,
+    /// How long each HPA-shaped phase runs.
+    pub hpa_duration: Duration,
 }
 
 /// The `main` of a harness binary: exits 64 when the flags did not parse, else runs
@@ -158,6 +168,28 @@ pub fn scrape_counters(text: &str) -> (u64, u64) {
     (value("true"), value("false"))
 }
 
+/// `metrics_server_manager_tick_duration_seconds`: periods observed, and of those the ones
+/// that completed within `resolution` (its bucket `le` equal to the resolution).
+pub fn periods_completed(text: &str, resolution: Duration) -> (u64, u64) {
+    let value = |line: &str| line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+    let name = "metrics_server_manager_tick_duration_seconds";
+    let count = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}_count")))
+        .and_then(value)
+        .map_or(0, |v| v as u64);
+    let r = resolution.as_secs_f64();
+    let within = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{name}_bucket{{le=\"")))
+        .find_map(|rest| {
+            let (le, _) = rest.split_once('"')?;
+            (le.parse::<f64>().ok()? == r).then(|| value(rest))?
+        })
+        .map_or(0, |v| v as u64);
+    (count, within)
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
@@ -188,7 +220,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     );
     let t = Instant::now();
     let clock: conformance::kubelet::Clock = Arc::new(unix_ms);
-    let cluster = Cluster::start(shape, clock, shutdown.clone()).await?;
+    let mut cluster = Cluster::start(shape, clock, shutdown.clone()).await?;
     let setup_cluster = t.elapsed();
     println!(
         "  simulated cluster up in {:.1} s: control plane {}, {} kubelets, harness RSS {:.0} MiB",
@@ -256,9 +288,16 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     // The measured window.
     let metrics_before = client.text("/metrics").await?;
     let (ok_before, failed_before) = scrape_counters(&metrics_before.1);
-    let fleet_before = cluster.fleet.counts();
+    let periods_before = periods_completed(&metrics_before.1, options.resolution);
+    let fleet_before = cluster.fleet.counts()?;
     let server_cpu_before = server_proc.cpu_seconds()?;
-    let harness_cpu_before = me.cpu_seconds()?;
+    // The harness's CPU: this process and the kubelet processes, if any.
+    let harness_procs: Vec<Proc> = std::iter::once(me.clone())
+        .chain(cluster.fleet.pids().into_iter().map(Proc::pid))
+        .collect();
+    let harness_cpu_of =
+        || -> anyhow::Result<f64> { harness_procs.iter().map(Proc::cpu_seconds).sum() };
+    let harness_cpu_before = harness_cpu_of()?;
     let machine_before = procfs::machine_ticks()?;
     let rss_start = server_proc.rss_bytes()?;
     let window_start = Instant::now();
@@ -272,12 +311,16 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     }
     let window = window_start.elapsed();
     let server_cpu = server_proc.cpu_seconds()? - server_cpu_before;
-    let harness_cpu = me.cpu_seconds()? - harness_cpu_before;
+    let harness_cpu = harness_cpu_of()? - harness_cpu_before;
     let machine_after = procfs::machine_ticks()?;
-    let fleet_after = cluster.fleet.counts();
+    let fleet_after = cluster.fleet.counts()?;
     let rss_end = server_proc.rss_bytes()?;
     let metrics_after = client.text("/metrics").await?;
     let (ok_after, failed_after) = scrape_counters(&metrics_after.1);
+    let periods_after = periods_completed(&metrics_after.1, options.resolution);
+    let periods = periods_after.0.saturating_sub(periods_before.0);
+    let periods_in_time = periods_after.1.saturating_sub(periods_before.1);
+    let periods_expected = (window.as_secs_f64() / options.resolution.as_secs_f64()).floor() as u64;
     let rss_mean = rss_samples.iter().sum::<u64>() / rss_samples.len().max(1) as u64;
 
     let secs = window.as_secs_f64();
@@ -309,6 +352,11 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         "    harness (control plane + {n} kubelets) CPU {harness_cpu:.2} s = {harness_millicores:.0} millicores; machine busy {:.0}% of 2 cores; kubelet connections accepted {}",
         machine_busy * 100.0,
         fleet_after.connections
+    );
+
+    println!(
+        "    periods: {periods} completed in the window ({periods_expected} due), {periods_in_time} of them within the resolution, {} late",
+        periods - periods_in_time
     );
 
     // What a working harness shows whatever the machine's speed: scrapes succeed and none
@@ -373,6 +421,48 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             }),
         );
     }
+    let mut hpa_runs = Vec::new();
+    if !options.hpa_rates.is_empty() {
+        let per_target = hpa::check_targets(&mut client, n).await?;
+        for &rate in &options.hpa_rates {
+            let cpu_before = server_proc.cpu_seconds()?;
+            let machine_before = procfs::machine_ticks()?;
+            let r = hpa::run_rate(
+                server.addr,
+                &front_proxy.identity,
+                n,
+                rate,
+                options.hpa_connections,
+                options.hpa_duration,
+            )
+            .await?;
+            let cpu = server_proc.cpu_seconds()? - cpu_before;
+            let busy = procfs::busy_share(machine_before, procfs::machine_ticks()?);
+            let cpu_us = cpu * 1e6 / r.ok.max(1) as f64;
+            println!(
+                "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s over {} connections: {} ok ({:.0}/s), {} failed; p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms; server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
+                r.bytes,
+                r.connections,
+                r.ok,
+                r.achieved_per_s,
+                r.failed,
+                r.p50_ms,
+                r.p99_ms,
+                r.p999_ms,
+                r.max_ms,
+                busy * 100.0
+            );
+            if r.failed > 0 {
+                bail!("{} HPA-shaped requests failed at {rate}/s", r.failed);
+            }
+            hpa_runs.push(json!({
+                "rate": rate, "connections": r.connections, "pods": per_target, "bytes": r.bytes,
+                "ok": r.ok, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
+                "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
+                "server_cpu_us_per_request": cpu_us, "machine_busy_share": busy,
+            }));
+        }
+    }
     let rss_after_lists = server_proc.rss_bytes()?;
     let peak = server_proc.peak_rss_bytes()?;
     println!(
@@ -398,6 +488,30 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         "server_millicores_per_node": server_millicores / n as f64,
         "scrapes": {"ok": scrapes_ok, "failed": scrapes_failed, "served": served, "expected": expected},
         "harness_millicores": harness_millicores, "machine_busy_share": machine_busy,
+        "periods": {"completed": periods, "within_resolution": periods_in_time, "due": periods_expected},
         "lists": lists,
+        "hpa": hpa_runs,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_are_read_from_the_tick_histogram_at_the_resolution_bucket() {
+        let text = "\
+# TYPE metrics_server_manager_tick_duration_seconds histogram
+metrics_server_manager_tick_duration_seconds_sum 140.5
+metrics_server_manager_tick_duration_seconds_count 12
+metrics_server_manager_tick_duration_seconds_bucket{le=\"12.5\"} 9
+metrics_server_manager_tick_duration_seconds_bucket{le=\"15.0\"} 11
+metrics_server_manager_tick_duration_seconds_bucket{le=\"22.5\"} 12
+metrics_server_kubelet_request_total{success=\"true\"} 40
+";
+        assert_eq!(periods_completed(text, Duration::from_secs(15)), (12, 11));
+        assert_eq!(periods_completed(text, Duration::from_secs(60)), (12, 0));
+        assert_eq!(periods_completed("", Duration::from_secs(15)), (0, 0));
+        assert_eq!(scrape_counters(text), (40, 0));
+    }
 }

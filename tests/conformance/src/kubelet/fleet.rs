@@ -77,13 +77,28 @@ impl SimFleet {
         models: Vec<SimNode>,
         clock: Clock,
     ) -> Result<SimFleet, Error> {
-        let serving = ca.issue(&tls::issue::LeafSpec {
+        SimFleet::start_serving(&SimFleet::serving_identity(ca)?, models, clock).await
+    }
+
+    /// The certificate every node of a fleet presents: issued by `ca` for `127.0.0.1` and
+    /// `localhost`.
+    pub fn serving_identity(ca: &tls::issue::Ca) -> Result<tls::issue::Issued, Error> {
+        Ok(ca.issue(&tls::issue::LeafSpec {
             common_name: "simulated-kubelet".to_owned(),
             organizations: Vec::new(),
             sans: vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
             server: true,
             client: false,
-        })?;
+        })?)
+    }
+
+    /// [`SimFleet::start`] with a given serving certificate (a fleet in another process
+    /// presents the one its parent issued).
+    pub async fn start_serving(
+        serving: &tls::issue::Issued,
+        models: Vec<SimNode>,
+        clock: Clock,
+    ) -> Result<SimFleet, Error> {
         let key = tls::server::certified_key(&serving.identity)?;
         let resolver = Arc::new(rustls::sign::SingleCertAndKey::from(key));
         let acceptor = TlsAcceptor::from(Arc::new(tls::server::config(resolver, false)?));
