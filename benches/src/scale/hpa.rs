@@ -3,7 +3,8 @@
 //! [`super::cluster::hpa_targets`] targets of ~100 pods, from many kept-alive connections,
 //! open loop: request `k` of connection `c` is due at `start + (k * connections + c) / rate`,
 //! and its latency counts from when it was due, so an answer that comes late is charged to the
-//! requests queued behind it too (no coordinated omission).
+//! requests queued behind it too (no coordinated omission). The phase ends on time: what was
+//! due but not yet sent by then is counted as unsent, not sent late.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -29,6 +30,9 @@ pub struct RateRun {
     pub ok: u64,
     /// Anything else, or a failed request.
     pub failed: u64,
+    /// Requests due within the phase but never sent: the phase ended while the connection
+    /// was still waiting for earlier answers (the server could not keep up with the rate).
+    pub unsent: u64,
     /// 200s per second over the phase.
     pub achieved_per_s: f64,
     /// Latency from when each request was due, in ms.
@@ -88,12 +92,16 @@ pub async fn run_rate(
             // Connect (and warm the review cache) before the clock starts.
             let _ = client.get("/apis/metrics.k8s.io/v1beta1", b"").await;
             let mut latencies = Vec::new();
-            let (mut failed, mut bytes) = (0u64, 0usize);
+            let (mut failed, mut unsent, mut bytes) = (0u64, 0u64, 0usize);
             for k in 0u64.. {
                 let seq = k * connections as u64 + c as u64;
                 let due = start + Duration::from_secs_f64(seq as f64 / f64::from(rate));
                 if due >= end {
                     break;
+                }
+                if Instant::now() >= end {
+                    unsent += 1;
+                    continue;
                 }
                 tokio::time::sleep_until(due).await;
                 let path = hpa_path((seq as usize) % targets);
@@ -105,14 +113,15 @@ pub async fn run_rate(
                     _ => failed += 1,
                 }
             }
-            (latencies, failed, bytes)
+            (latencies, failed, unsent, bytes)
         });
     }
-    let (mut all, mut failed, mut bytes) = (Vec::new(), 0, 0);
+    let (mut all, mut failed, mut unsent, mut bytes) = (Vec::new(), 0, 0, 0);
     while let Some(joined) = tasks.join_next().await {
-        let (latencies, f, b) = joined?;
+        let (latencies, f, u, b) = joined?;
         all.extend(latencies);
         failed += f;
+        unsent += u;
         bytes = bytes.max(b);
     }
     let took = start.elapsed().max(duration);
@@ -122,6 +131,7 @@ pub async fn run_rate(
         connections,
         ok: all.len() as u64,
         failed,
+        unsent,
         achieved_per_s: all.len() as f64 / took.as_secs_f64(),
         p50_ms: percentile(&all, 0.50),
         p99_ms: percentile(&all, 0.99),

@@ -122,8 +122,19 @@ async fn the_first_round_asks_every_node_at_once_then_periods_spread_them() {
     let t0 = Instant::now();
     let r = start(&["a", "b", "c", "d"], Duration::from_secs(4));
     // First round: all four within FIRST_ROUND_SPREAD (0, 250, 500, 750 ms). They fail
-    // (no address), which ends their warm-up. Then node i of 4 at 4 + i seconds.
-    for (offset_ms, expected) in [(1, 1), (800, 4), (3_999, 4), (4_500, 5), (5_500, 6)] {
+    // (no address), which ends their warm-up. Then node i of 4 at 4 + i x 0.9 seconds: the
+    // period's requests are spread over its first 90 %.
+    let steps = [
+        (1, 1),
+        (800, 4),
+        (3_999, 4),
+        (4_001, 5),
+        (4_899, 5),
+        (4_901, 6),
+        (6_699, 7),
+        (6_701, 8),
+    ];
+    for (offset_ms, expected) in steps {
         at(t0, ms(offset_ms)).await;
         assert_eq!(
             r.metrics.requests(false),
@@ -131,8 +142,8 @@ async fn the_first_round_asks_every_node_at_once_then_periods_spread_them() {
             "requests done by t={offset_ms}ms"
         );
     }
-    at(t0, ms(7_500)).await;
-    assert_eq!(r.metrics.requests(false), 8);
+    at(t0, ms(7_999)).await;
+    assert_eq!(r.metrics.requests(false), 8, "the last 1.3 s of the period are quiet");
     assert_eq!(r.metrics.failures("no_address"), 8);
     r.shutdown.cancel();
     r.task.await.unwrap();
