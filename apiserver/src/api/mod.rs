@@ -68,6 +68,17 @@ pub trait Source: Send + Sync + 'static {
     fn node(&self, name: &str) -> Option<Arc<NodeRecord>>;
     /// Every pod of a namespace (or of all), sorted by namespace then name.
     fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>>;
+    /// The pods of [`Source::pods`] that `labels` matches, in the same order (the inventory
+    /// answers an equality requirement from its label index).
+    fn pods_matching(
+        &self,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+    ) -> Vec<Arc<PodRecord>> {
+        let mut pods = self.pods(namespace);
+        pods.retain(|pod| labels.matches(&pod.labels));
+        pods
+    }
     /// A pod by namespace and name.
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>>;
     /// A node's servable usage at `now_ns`.
@@ -94,6 +105,13 @@ impl Source for Live {
     }
     fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>> {
         self.inventory.pods(namespace)
+    }
+    fn pods_matching(
+        &self,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+    ) -> Vec<Arc<PodRecord>> {
+        self.inventory.pods_matching(namespace, labels)
     }
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
         self.inventory.pod(namespace, name)
@@ -424,7 +442,7 @@ impl<S: Source> Handler<S> {
     ) -> Vec<PodItem> {
         // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
         let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
-        let pods = self.source.pods(namespace);
+        let pods = self.source.pods_matching(namespace, &q.labels);
         let mut batch = self.freshness.batch();
         let mut items = Vec::with_capacity(pods.len());
         // The source promises namespace/name order; checked on the way (the keys are being

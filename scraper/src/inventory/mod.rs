@@ -9,7 +9,7 @@
 //! Mirrors metrics-server's node informer and metadata-only pod informer with
 //! `fieldSelector=status.phase=Running` (`pkg/server/config.go`), without keeping objects.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use crate::point::{NodeName, PodKey};
+use crate::selector::LabelSelector;
 
+use index::LabelIndex;
+
+mod index;
 pub mod watch;
 
 #[cfg(test)]
@@ -205,21 +209,38 @@ impl Interner {
     }
 }
 
-/// Pods by namespace, then by name: a namespace's pods are one map lookup away.
+/// Pods by namespace, then by name: a namespace's pods are one map lookup away; and each
+/// namespace's pods by label ([`LabelIndex`]).
 #[derive(Debug, Default)]
 struct PodMap {
     by_namespace: BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<PodRecord>>>,
+    labels: HashMap<Arc<str>, LabelIndex>,
     len: usize,
 }
 
 impl PodMap {
     fn insert(&mut self, pod: Arc<PodRecord>) {
+        let index = self.labels.entry(pod.key.namespace.clone()).or_default();
+        index.add(&pod.key.name, &pod.labels);
         let names = self
             .by_namespace
             .entry(pod.key.namespace.clone())
             .or_default();
-        if names.insert(pod.key.name.clone(), pod).is_none() {
-            self.len += 1;
+        match names.insert(pod.key.name.clone(), pod.clone()) {
+            None => self.len += 1,
+            Some(old) if old.labels != pod.labels => {
+                // The new labels were added above; what only the old ones had goes.
+                let only_old = Labels(
+                    old.labels
+                        .0
+                        .iter()
+                        .filter(|(k, v)| pod.labels.get(k) != Some(&**v))
+                        .cloned()
+                        .collect(),
+                );
+                index.remove(&pod.key.name, &only_old);
+            }
+            Some(_) => {}
         }
     }
 
@@ -228,9 +249,45 @@ impl PodMap {
         let removed = names.remove(name)?;
         if names.is_empty() {
             self.by_namespace.remove(namespace);
+            self.labels.remove(namespace);
+        } else if let Some(index) = self.labels.get_mut(namespace) {
+            index.remove(name, &removed.labels);
         }
         self.len -= 1;
         Some(removed)
+    }
+
+    /// The pods of `namespace` that `selector` matches, by name: through the label index
+    /// when the selector requires one of some values of a label (the narrowest such
+    /// requirement), else by walking the namespace.
+    fn matching(&self, namespace: &str, selector: &LabelSelector, out: &mut Vec<Arc<PodRecord>>) {
+        let Some(names) = self.by_namespace.get(namespace) else {
+            return;
+        };
+        let narrowest = self.labels.get(namespace).and_then(|index| {
+            selector
+                .required_values()
+                .map(|(key, values)| index.candidates(key, values))
+                .min_by_key(|(count, _)| *count)
+        });
+        match narrowest {
+            Some((_, candidates)) => {
+                let start = out.len();
+                out.extend(
+                    candidates
+                        .filter_map(|name| names.get(name))
+                        .filter(|pod| selector.matches(&pod.labels))
+                        .cloned(),
+                );
+                out[start..].sort_by(|a, b| a.key.name.cmp(&b.key.name));
+            }
+            None => out.extend(
+                names
+                    .values()
+                    .filter(|pod| selector.matches(&pod.labels))
+                    .cloned(),
+            ),
+        }
     }
 }
 
@@ -392,6 +449,31 @@ impl Inventory {
                 all
             }
         }
+    }
+
+    /// The pods of a namespace (or of all namespaces) that `selector` matches, sorted by
+    /// namespace then name. An equality requirement (`app=web`, `app in (a,b)`) is answered
+    /// from the label index, reading only the pods that carry the label: an HPA's question
+    /// costs what it answers, not the size of its namespace.
+    pub fn pods_matching(
+        &self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+    ) -> Vec<Arc<PodRecord>> {
+        if selector.is_empty() {
+            return self.pods(namespace);
+        }
+        let pods = self.pods.read();
+        let mut out = Vec::new();
+        match namespace {
+            Some(namespace) => pods.matching(namespace, selector, &mut out),
+            None => {
+                for namespace in pods.by_namespace.keys() {
+                    pods.matching(namespace, selector, &mut out);
+                }
+            }
+        }
+        out
     }
 
     /// How many Running pods there are.

@@ -433,3 +433,146 @@ fn memory_per_pod() {
     );
     assert!(per_pod < 600.0, "a slim pod costs {per_pod} bytes");
 }
+
+#[test]
+fn an_equality_selector_is_answered_from_the_label_index_and_follows_changes() {
+    let inv = Inventory::new();
+    inv.upsert_pod(pod(
+        &inv,
+        "a",
+        "web-1",
+        &[("app", "web"), ("tier", "1")],
+        "n",
+    ));
+    inv.upsert_pod(pod(
+        &inv,
+        "a",
+        "web-0",
+        &[("app", "web"), ("tier", "2")],
+        "n",
+    ));
+    inv.upsert_pod(pod(&inv, "a", "db-0", &[("app", "db")], "n"));
+    inv.upsert_pod(pod(&inv, "b", "web-0", &[("app", "web")], "n"));
+    let sel = |s: &str| LabelSelector::parse(s).unwrap();
+    let matching = |ns: Option<&str>, s: &str| keys(&inv.pods_matching(ns, &sel(s)));
+
+    assert_eq!(matching(Some("a"), "app=web"), ["a/web-0", "a/web-1"]);
+    assert_eq!(
+        matching(Some("a"), "app in (db,web),tier!=1"),
+        ["a/db-0", "a/web-0"]
+    );
+    assert_eq!(
+        matching(None, "app==web"),
+        ["a/web-0", "a/web-1", "b/web-0"]
+    );
+    assert_eq!(
+        matching(Some("a"), "app!=web"),
+        ["a/db-0"],
+        "no equality: a walk"
+    );
+    assert!(matching(Some("a"), "app=none").is_empty());
+    assert!(matching(Some("c"), "app=web").is_empty());
+    assert_eq!(matching(Some("a"), "").len(), 3);
+
+    // Relabelled, removed: the index follows.
+    inv.upsert_pod(pod(
+        &inv,
+        "a",
+        "web-1",
+        &[("app", "db"), ("tier", "1")],
+        "n",
+    ));
+    assert_eq!(matching(Some("a"), "app=web"), ["a/web-0"]);
+    assert_eq!(matching(Some("a"), "app=db,tier=1"), ["a/web-1"]);
+    inv.remove_pod("a", "web-0");
+    assert!(matching(Some("a"), "app=web").is_empty());
+    inv.remove_pod("a", "web-1");
+    inv.remove_pod("a", "db-0");
+    assert!(
+        inv.pods.read().labels.get("a").is_none(),
+        "an emptied namespace leaves no index"
+    );
+    inv.replace_pods(vec![pod(&inv, "b", "x", &[("app", "web")], "n")]);
+    assert_eq!(matching(None, "app=web"), ["b/x"]);
+}
+
+mod index_props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Upsert {
+            ns: u8,
+            name: u8,
+            app: u8,
+            tier: Option<u8>,
+        },
+        Remove {
+            ns: u8,
+            name: u8,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..3u8, 0..8u8, 0..3u8, proptest::option::of(0..2u8))
+                .prop_map(|(ns, name, app, tier)| Op::Upsert { ns, name, app, tier }),
+            1 => (0..3u8, 0..8u8).prop_map(|(ns, name)| Op::Remove { ns, name }),
+        ]
+    }
+
+    const SELECTORS: &[&str] = &[
+        "app=a0",
+        "app in (a0,a2)",
+        "app=a1,tier=t0",
+        "tier==t1,app!=a0",
+        "app notin (a1)",
+        "!tier",
+        "app=a9",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever the sequence of upserts (relabelling included) and removals, the index
+        /// answers exactly what walking every pod and matching its labels answers.
+        #[test]
+        fn the_index_answers_what_a_walk_answers(ops in proptest::collection::vec(op(), 0..60)) {
+            let inv = Inventory::new();
+            for op in ops {
+                match op {
+                    Op::Upsert { ns, name, app, tier } => {
+                        let (app, tier) = (format!("a{app}"), tier.map(|t| format!("t{t}")));
+                        let mut labels = vec![("app", app.as_str())];
+                        if let Some(tier) = &tier {
+                            labels.push(("tier", tier.as_str()));
+                        }
+                        inv.upsert_pod(pod(&inv, &format!("ns{ns}"), &format!("p{name}"), &labels, "n"));
+                    }
+                    Op::Remove { ns, name } => inv.remove_pod(&format!("ns{ns}"), &format!("p{name}")),
+                }
+            }
+            // The index holds one entry per label of every pod there is, nothing stale.
+            let pods = inv.pods.read();
+            let indexed: usize = pods.labels.values().map(|i| i.entries()).sum();
+            let labels: usize = pods.by_namespace.values().flat_map(|n| n.values()).map(|p| p.labels.0.len()).sum();
+            prop_assert_eq!(indexed, labels);
+            prop_assert_eq!(pods.labels.len(), pods.by_namespace.len());
+            drop(pods);
+            for s in SELECTORS {
+                let selector = LabelSelector::parse(s).unwrap();
+                for ns in [None, Some("ns0"), Some("ns1"), Some("ns2")] {
+                    let walked: Vec<String> = inv
+                        .pods(ns)
+                        .iter()
+                        .filter(|p| selector.matches(&p.labels))
+                        .map(|p| p.key.to_string())
+                        .collect();
+                    prop_assert_eq!(keys(&inv.pods_matching(ns, &selector)), walked, "{} in {:?}", s, ns);
+                }
+            }
+        }
+    }
+}

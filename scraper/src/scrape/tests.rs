@@ -143,7 +143,11 @@ async fn the_first_round_asks_every_node_at_once_then_periods_spread_them() {
         );
     }
     at(t0, ms(7_999)).await;
-    assert_eq!(r.metrics.requests(false), 8, "the last 1.3 s of the period are quiet");
+    assert_eq!(
+        r.metrics.requests(false),
+        8,
+        "the last 1.3 s of the period are quiet"
+    );
     assert_eq!(r.metrics.failures("no_address"), 8);
     r.shutdown.cancel();
     r.task.await.unwrap();

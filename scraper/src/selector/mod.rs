@@ -577,6 +577,15 @@ impl LabelSelector {
         self.requirements.is_empty()
     }
 
+    /// The requirements a match must meet with one of a few values (`k=v`, `k==v`,
+    /// `k in (v,w)`): a label index narrows a list to the pods carrying one of them.
+    pub fn required_values(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.requirements
+            .iter()
+            .filter(|r| matches!(r.op, Op::In | Op::Equals | Op::DoubleEquals))
+            .map(|r| (r.key.as_str(), r.values.as_slice()))
+    }
+
     /// The requirements authorization sees (the webhook authorizer's
     /// `labelSelectorToAuthorizationAPI`): `=`, `==` and `in` become `In`, `!=` and `notin`
     /// `NotIn`; `>` and `<` are left out, which only broadens the check. Sorted by key.
