@@ -9,10 +9,13 @@ use std::sync::Arc;
 
 use super::Labels;
 
+/// The names of the pods that carry one label value.
+type Names = HashSet<Arc<str>>;
+
 /// Names of the pods of one namespace by label key and value.
 #[derive(Debug, Default)]
 pub(super) struct LabelIndex {
-    by_key: HashMap<Arc<str>, HashMap<Arc<str>, HashSet<Arc<str>>>>,
+    by_key: HashMap<Arc<str>, HashMap<Arc<str>, Names>>,
 }
 
 impl LabelIndex {
@@ -53,7 +56,7 @@ impl LabelIndex {
         key: &str,
         values: &'a [String],
     ) -> (usize, impl Iterator<Item = &'a Arc<str>> + 'a) {
-        let sets: Vec<&HashSet<Arc<str>>> = self
+        let sets: Vec<&Names> = self
             .by_key
             .get(key)
             .map(|by_value| {
