@@ -1,45 +1,73 @@
-//! An index of one namespace's pods by label: key, then value, then the names of the pods
-//! that carry it. A namespaced list with an equality requirement (`app=web`, `app in (a,b)`,
-//! what the HPA and the VPA ask) reads the pods it answers instead of every pod of the
-//! namespace. Hash maps with std's randomly seeded hasher: label keys and values come from
-//! users, so no fixed seed lets them force collisions.
+//! An index of one namespace's pods by label: key, then value, then the pods that carry it.
+//! A namespaced list with an equality requirement (`app=web`, `app in (a,b)`, what the HPA
+//! and the VPA ask) reads the pods it answers instead of every pod of the namespace. Hash
+//! maps with std's randomly seeded hasher: label keys and values come from users, so no fixed
+//! seed lets them force collisions. An entry is one pointer to the pod's record (a set
+//! element of 8 bytes), found by the pod's name.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use super::Labels;
+use super::PodRecord;
 
-/// The names of the pods that carry one label value.
-type Names = HashSet<Arc<str>>;
+/// A pod's record in a set of one namespace, hashed and compared by its name.
+#[derive(Clone, Debug)]
+struct ByName(Arc<PodRecord>);
 
-/// Names of the pods of one namespace by label key and value.
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key.name == other.0.key.name
+    }
+}
+
+impl Eq for ByName {}
+
+impl Hash for ByName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (*self.0.key.name).hash(state);
+    }
+}
+
+impl Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.key.name
+    }
+}
+
+/// The pods that carry one label value.
+type Pods = HashSet<ByName>;
+
+/// The pods of one namespace by label key and value.
 #[derive(Debug, Default)]
 pub(super) struct LabelIndex {
-    by_key: HashMap<Arc<str>, HashMap<Arc<str>, Names>>,
+    by_key: HashMap<Arc<str>, HashMap<Arc<str>, Pods>>,
 }
 
 impl LabelIndex {
-    /// Records that pod `name` carries `labels`.
-    pub(super) fn add(&mut self, name: &Arc<str>, labels: &Labels) {
-        for (key, value) in labels.0.iter() {
+    /// Indexes `pod` under each of its labels (replacing an entry of the same name).
+    pub(super) fn add(&mut self, pod: &Arc<PodRecord>) {
+        for (key, value) in pod.labels.0.iter() {
             self.by_key
                 .entry(key.clone())
                 .or_default()
                 .entry(value.clone())
                 .or_default()
-                .insert(name.clone());
+                .replace(ByName(pod.clone()));
         }
     }
 
-    /// Forgets that pod `name` carries `labels`; empty sets and maps go.
-    pub(super) fn remove(&mut self, name: &str, labels: &Labels) {
-        for (key, value) in labels.0.iter() {
+    /// Forgets `pod` under each of its labels; empty sets and maps go.
+    pub(super) fn remove(&mut self, pod: &PodRecord) {
+        let name: &str = &pod.key.name;
+        for (key, value) in pod.labels.0.iter() {
             let Some(values) = self.by_key.get_mut(&**key) else {
                 continue;
             };
-            if let Some(names) = values.get_mut(&**value) {
-                names.remove(name);
-                if names.is_empty() {
+            if let Some(pods) = values.get_mut(&**value) {
+                pods.remove(name);
+                if pods.is_empty() {
                     values.remove(&**value);
                 }
             }
@@ -49,14 +77,14 @@ impl LabelIndex {
         }
     }
 
-    /// The names carrying `key` with any of `values` (an `=`, `==` or `in` requirement), and
+    /// The pods carrying `key` with any of `values` (an `=`, `==` or `in` requirement), and
     /// how many there are.
     pub(super) fn candidates<'a>(
         &'a self,
         key: &str,
         values: &'a [String],
-    ) -> (usize, impl Iterator<Item = &'a Arc<str>> + 'a) {
-        let sets: Vec<&Names> = self
+    ) -> (usize, impl Iterator<Item = &'a Arc<PodRecord>> + 'a) {
+        let sets: Vec<&Pods> = self
             .by_key
             .get(key)
             .map(|by_value| {
@@ -67,10 +95,10 @@ impl LabelIndex {
             })
             .unwrap_or_default();
         let count = sets.iter().map(|s| s.len()).sum();
-        (count, sets.into_iter().flatten())
+        (count, sets.into_iter().flatten().map(|p| &p.0))
     }
 
-    /// (key, value, name) entries held: one per label of every indexed pod.
+    /// (key, value, pod) entries held: one per label of every indexed pod.
     #[cfg(test)]
     pub(super) fn entries(&self) -> usize {
         self.by_key

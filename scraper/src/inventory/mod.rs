@@ -221,27 +221,16 @@ struct PodMap {
 impl PodMap {
     fn insert(&mut self, pod: Arc<PodRecord>) {
         let index = self.labels.entry(pod.key.namespace.clone()).or_default();
-        index.add(&pod.key.name, &pod.labels);
         let names = self
             .by_namespace
             .entry(pod.key.namespace.clone())
             .or_default();
         match names.insert(pod.key.name.clone(), pod.clone()) {
             None => self.len += 1,
-            Some(old) if old.labels != pod.labels => {
-                // The new labels were added above; what only the old ones had goes.
-                let only_old = Labels(
-                    old.labels
-                        .0
-                        .iter()
-                        .filter(|(k, v)| pod.labels.get(k) != Some(&**v))
-                        .cloned()
-                        .collect(),
-                );
-                index.remove(&pod.key.name, &only_old);
-            }
-            Some(_) => {}
+            // The index points at records: the replaced one goes, under its own labels.
+            Some(old) => index.remove(&old),
         }
+        index.add(&pod);
     }
 
     fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
@@ -251,7 +240,7 @@ impl PodMap {
             self.by_namespace.remove(namespace);
             self.labels.remove(namespace);
         } else if let Some(index) = self.labels.get_mut(namespace) {
-            index.remove(name, &removed.labels);
+            index.remove(&removed);
         }
         self.len -= 1;
         Some(removed)
@@ -275,7 +264,6 @@ impl PodMap {
                 let start = out.len();
                 out.extend(
                     candidates
-                        .filter_map(|name| names.get(name))
                         .filter(|pod| selector.matches(&pod.labels))
                         .cloned(),
                 );
