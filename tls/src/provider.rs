@@ -20,6 +20,36 @@ pub fn install_default() {
 #[derive(Debug)]
 pub(crate) struct Signatures(Arc<CryptoProvider>);
 
+/// The three handshake-signature methods every rustls certificate verifier implements
+/// (`ServerCertVerifier`, `ClientCertVerifier`), delegated to the verifier's `signatures`
+/// field ([`Signatures`]): one body for both traits.
+macro_rules! delegate_signature_checks {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls_pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            self.signatures.tls12(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls_pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            self.signatures.tls13(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.signatures.schemes()
+        }
+    };
+}
+pub(crate) use delegate_signature_checks;
+
 impl Signatures {
     pub(crate) fn new() -> Self {
         Signatures(provider())

@@ -8,10 +8,9 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::HandshakeSignatureValid;
 use rustls::server::ResolvesServerCert;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+use rustls::{DistinguishedName, ServerConfig};
 use rustls_pki_types::{CertificateDer, UnixTime};
 
 use crate::{Error, provider};
@@ -78,27 +77,7 @@ impl ClientCertVerifier for AcceptAnyClientCert {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.signatures.tls12(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.signatures.tls13(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.signatures.schemes()
-    }
+    provider::delegate_signature_checks!();
 }
 
 /// A resolver that always serves one certified key; swap it behind an `ArcSwap`-like holder
