@@ -74,6 +74,16 @@ pub trait Source: Send + Sync + 'static {
     fn node_usage(&self, name: &str, now_ns: i64) -> Option<Usage>;
     /// A pod's servable usage at `now_ns`.
     fn pod_usage(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>>;
+    /// The servable usage of the pod of `record` (one of [`Source::pods`]'s) at `now_ns`:
+    /// what lists read per pod. By default [`Source::pod_usage`] of its key.
+    fn record_usage(&self, record: &PodRecord, now_ns: i64) -> Option<Arc<PodUsage>> {
+        self.pod_usage(&record.key.namespace, &record.key.name, now_ns)
+    }
+    /// Whether [`Source::pods`] is sorted by namespace then name by construction, so a list
+    /// need not check it.
+    fn pods_sorted(&self) -> bool {
+        false
+    }
 }
 
 /// The real source: the inventory for existence and labels, the store for usage.
@@ -103,6 +113,16 @@ impl Source for Live {
     }
     fn pod_usage(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>> {
         self.store.pod(namespace, name, now_ns)
+    }
+    /// Through the record's link to the store's slot: no hash lookup once linked.
+    fn record_usage(&self, record: &PodRecord, now_ns: i64) -> Option<Arc<PodUsage>> {
+        let key = &record.key;
+        self.store
+            .pod_linked(&record.usage, &key.namespace, &key.name, now_ns)
+    }
+    /// The inventory keeps pods in maps ordered by namespace, then name.
+    fn pods_sorted(&self) -> bool {
+        true
     }
 }
 
@@ -427,23 +447,26 @@ impl<S: Source> Handler<S> {
         let pods = self.source.pods(namespace);
         let mut batch = self.freshness.batch();
         let mut items = Vec::with_capacity(pods.len());
-        // The source promises namespace/name order; checked on the way (the keys are being
-        // read anyway) and restored if broken.
+        // The source promises namespace/name order; unless it holds by construction, checked
+        // on the way and restored if broken.
+        let check = !self.source.pods_sorted();
         let mut sorted = true;
         let mut previous: Option<&PodKey> = None;
         for record in &pods {
             let key = &record.key;
-            if let Some(p) = previous {
-                sorted &= p <= key;
+            if check {
+                if let Some(p) = previous {
+                    sorted &= p <= key;
+                }
+                previous = Some(key);
             }
-            previous = Some(key);
             if namespace.is_some_and(|ns| *key.namespace != *ns)
                 || !q.labels.matches(&record.labels)
                 || !q.fields.matches(&key.name, &key.namespace)
             {
                 continue;
             }
-            if let Some(usage) = self.source.pod_usage(&key.namespace, &key.name, now_ns) {
+            if let Some(usage) = self.source.record_usage(record, now_ns) {
                 batch.observe(now_ns, usage.timestamp_ns);
                 let item = PodItem {
                     record: Arc::clone(record),

@@ -60,6 +60,7 @@ impl Fake {
         containers: Option<&[(&str, u64, u64)]>,
     ) {
         let record = PodRecord {
+            usage: scraper::store::UsageLink::new(),
             key: PodKey::new(ns, name),
             labels: labels(l),
             node_name: Some(NodeName::from("n1")),

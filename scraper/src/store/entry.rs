@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
 
 use super::rate::{self, Point, RateError};
+use super::slot::UsageSlot;
 
 /// A borrowed view of a pod key, so `DashMap<PodKey, _>` can be searched with two `&str`s
 /// without allocating a key.
@@ -114,9 +115,9 @@ pub(super) struct ContainerEntry {
 pub(super) struct PodEntry {
     pub(super) node: NodeName,
     pub(super) containers: Vec<ContainerEntry>,
-    /// Rebuilt at every ingest; `None` while any container waits for a previous point or none
-    /// has usage.
-    pub(super) usage: Option<Arc<PodUsage>>,
+    /// The usage served to readers, rebuilt at every ingest (`None` while any container waits
+    /// for a previous point or none has usage), shared with the links of inventory records.
+    pub(super) slot: Arc<UsageSlot>,
     /// When the owning node's scrape that reported this pod finished, Unix ns.
     pub(super) seen_ns: i64,
     /// A conflicting report from another node was already logged.
@@ -124,11 +125,11 @@ pub(super) struct PodEntry {
 }
 
 impl PodEntry {
-    pub(super) fn empty(node: &NodeName) -> PodEntry {
+    pub(super) fn empty(node: &NodeName, store: u32) -> PodEntry {
         PodEntry {
             node: node.clone(),
             containers: Vec::new(),
-            usage: None,
+            slot: UsageSlot::new(store),
             seen_ns: 0,
             conflict_logged: false,
         }
@@ -168,6 +169,14 @@ pub(super) struct Skipped<'a> {
     pub(super) error: RateError,
 }
 
+/// An entry leaves the store only by being dropped (removed, retained away, or with the
+/// whole map): its slot is retired then, so links to it stop serving.
+impl Drop for PodEntry {
+    fn drop(&mut self) {
+        self.slot.retire();
+    }
+}
+
 impl PodEntry {
     /// Replaces this pod's containers by `new` (sorted by name, unique), keeping each
     /// surviving container's history, recomputes every rate and the pod's usage.
@@ -178,7 +187,7 @@ impl PodEntry {
         history: bool,
         resolution_ns: i64,
         mut on_skip: impl FnMut(Skipped<'_>),
-    ) {
+    ) -> Option<Arc<PodUsage>> {
         let same_names = history
             && self.containers.len() == new.len()
             && self
@@ -236,7 +245,7 @@ impl PodEntry {
                 }
             };
         }
-        self.usage = self.build_usage();
+        self.build_usage()
     }
 
     /// The pod's usage: only when no container waits for a previous point and at least one

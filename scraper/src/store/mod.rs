@@ -28,8 +28,11 @@ mod entry;
 #[cfg(test)]
 mod proptests;
 mod rate;
+mod slot;
 #[cfg(test)]
 mod tests;
+
+pub use slot::{UsageLink, UsageSlot};
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -42,6 +45,7 @@ use crate::point::{ContainerSample, NodeName, NodeScrape, PodKey, PodUsage, Usag
 
 use entry::{KeyView, NewContainer, NodeEntry, PodEntry, Skipped};
 use rate::Point;
+use slot::Linked;
 
 /// Store settings.
 #[derive(Clone, Copy, Debug)]
@@ -115,6 +119,8 @@ pub struct Points {
 #[derive(Debug)]
 pub struct Store {
     config: Config,
+    /// Tells this store's slots from another's (see [`UsageLink`]).
+    id: u32,
     resolution_ns: i64,
     staleness_ns: i64,
     nodes: DashMap<NodeName, NodeEntry, RandomState>,
@@ -143,6 +149,7 @@ impl Store {
     pub fn new(config: Config) -> Self {
         Store {
             config,
+            id: slot::store_id(),
             resolution_ns: duration_ns(config.resolution),
             staleness_ns: duration_ns(config.staleness),
             nodes: DashMap::with_hasher(RandomState::default()),
@@ -309,7 +316,7 @@ impl Store {
             None => self
                 .pods
                 .entry(PodKey::new(namespace, name))
-                .or_insert_with(|| PodEntry::empty(node)),
+                .or_insert_with(|| PodEntry::empty(node, self.id)),
         };
         let mut history = true;
         if entry.node != *node {
@@ -325,7 +332,7 @@ impl Store {
             entry.conflict_logged = false;
             history = false;
         }
-        entry.update(
+        let usage = entry.update(
             containers,
             history,
             self.resolution_ns,
@@ -335,9 +342,11 @@ impl Store {
             },
         );
         entry.seen_ns = now_ns;
+        let has_usage = usage.is_some();
+        entry.slot.publish(usage, now_ns);
         Some(StoredPod {
             key: entry.key().clone(),
-            has_usage: entry.usage.is_some(),
+            has_usage,
             containers_with_usage: entry.containers_with_usage(),
             pending: entry.pending(),
         })
@@ -384,10 +393,37 @@ impl Store {
     /// The pod's usage, if every one of its containers has servable, non-stale data.
     pub fn pod(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>> {
         let entry = self.pods.get(pod_view(&(namespace, name)))?;
-        if self.is_stale(entry.seen_ns, now_ns) {
+        let (usage, seen_ns) = entry.slot.get();
+        if self.is_stale(seen_ns, now_ns) {
             return None;
         }
-        entry.usage.clone()
+        usage
+    }
+
+    /// [`Store::pod`] for the pod whose record holds `link`: once a lookup has linked the
+    /// record, its usage is read straight from the pod's slot, without a hash lookup (what a
+    /// cluster-wide list does per pod). `namespace` and `name` must be the record's key.
+    /// A link to a pod the store has since dropped falls back to the lookup for good.
+    pub fn pod_linked(
+        &self,
+        link: &UsageLink,
+        namespace: &str,
+        name: &str,
+        now_ns: i64,
+    ) -> Option<Arc<PodUsage>> {
+        let (usage, seen_ns) = match link.0.get().map(|slot| slot.read(self.id)) {
+            Some(Linked::Live(usage, seen_ns)) => (usage, seen_ns),
+            None | Some(Linked::Gone) => {
+                let entry = self.pods.get(pod_view(&(namespace, name)))?;
+                // Only an empty link is set; one to a retired slot stays as it is.
+                let _ = link.0.set(Arc::clone(&entry.slot));
+                entry.slot.get()
+            }
+        };
+        if self.is_stale(seen_ns, now_ns) {
+            return None;
+        }
+        usage
     }
 
     /// Whether nodes and pods have servable data.
