@@ -24,7 +24,10 @@ pub type WriteItem<T> = fn(&mut Vec<u8>, &Ctx, &T);
 /// A list: `head`, the items (separated by commas in JSON), `tail`.
 pub struct ListBody<T> {
     head: Vec<u8>,
-    items: Vec<T>,
+    /// The items not yet written; each is dropped as soon as it is written, while what it
+    /// references is still in cache.
+    items: std::vec::IntoIter<T>,
+    /// Items written so far.
     next: usize,
     tail: &'static [u8],
     separator: &'static [u8],
@@ -36,7 +39,7 @@ pub struct ListBody<T> {
 impl<T> std::fmt::Debug for ListBody<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ListBody")
-            .field("items", &self.items.len())
+            .field("items", &(self.next + self.items.len()))
             .field("next", &self.next)
             .field("done", &self.done)
             .finish()
@@ -54,7 +57,7 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
     ) -> Self {
         ListBody {
             head,
-            items,
+            items: items.into_iter(),
             next: 0,
             tail,
             separator: b",",
@@ -76,18 +79,21 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
         if self.next == 0 && !self.head.is_empty() {
             out.append(&mut self.head);
         }
-        while self.next < self.items.len() && out.len() < target {
+        while out.len() < target {
+            let Some(item) = self.items.next() else {
+                break;
+            };
             if self.next > 0 {
                 out.extend_from_slice(self.separator);
             }
-            (self.write)(out, &self.ctx, &self.items[self.next]);
+            (self.write)(out, &self.ctx, &item);
             self.next += 1;
         }
-        if self.next >= self.items.len() {
+        if self.items.as_slice().is_empty() {
             out.extend_from_slice(self.tail);
             self.done = true;
-            // Release the item references as soon as everything is written.
-            self.items = Vec::new();
+            // Release the item buffer as soon as everything is written.
+            self.items = Vec::new().into_iter();
         }
     }
 

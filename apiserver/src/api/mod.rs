@@ -43,7 +43,7 @@ use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
-use scraper::point::{PodKey, PodUsage, Usage};
+use scraper::point::{PodUsage, Usage};
 use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 
@@ -451,14 +451,13 @@ impl<S: Source> Handler<S> {
         // on the way and restored if broken.
         let check = !self.source.pods_sorted();
         let mut sorted = true;
-        let mut previous: Option<&PodKey> = None;
-        for record in &pods {
+        // Records move into the items (a reference count touched once per pod, while its
+        // line is in cache); the ones not selected are dropped on the way.
+        let mut pods = pods.into_iter().peekable();
+        while let Some(record) = pods.next() {
             let key = &record.key;
-            if check {
-                if let Some(p) = previous {
-                    sorted &= p <= key;
-                }
-                previous = Some(key);
+            if check && let Some(next) = pods.peek() {
+                sorted &= *key <= next.key;
             }
             if namespace.is_some_and(|ns| *key.namespace != *ns)
                 || !q.labels.matches(&record.labels)
@@ -466,12 +465,9 @@ impl<S: Source> Handler<S> {
             {
                 continue;
             }
-            if let Some(usage) = self.source.record_usage(record, now_ns) {
+            if let Some(usage) = self.source.record_usage(&record, now_ns) {
                 batch.observe(now_ns, usage.timestamp_ns);
-                let item = PodItem {
-                    record: Arc::clone(record),
-                    usage,
-                };
+                let item = PodItem { record, usage };
                 visit(&item);
                 items.push(item);
             }
