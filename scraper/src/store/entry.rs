@@ -4,6 +4,7 @@ use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use crate::inventory::Interner;
 use crate::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
 
 use super::rate::{self, Point, RateError};
@@ -57,6 +58,39 @@ impl PartialEq for dyn KeyView + '_ {
 }
 
 impl Eq for dyn KeyView + '_ {}
+
+/// Strings that repeat across pods (namespaces, container names), shared through the
+/// store's interner: one allocation per distinct string instead of one per pod or container,
+/// and a list that reads them touches a few hot lines. The last few strings of one ingest
+/// are kept at hand, so the repeats within a scrape do not take the interner's lock.
+pub(super) struct Names<'a> {
+    interner: &'a Interner,
+    recent: Vec<Arc<str>>,
+}
+
+/// How many strings an ingest keeps at hand.
+const RECENT_NAMES: usize = 16;
+
+impl<'a> Names<'a> {
+    pub(super) fn new(interner: &'a Interner) -> Self {
+        Names {
+            interner,
+            recent: Vec::new(),
+        }
+    }
+
+    /// The shared copy of `s`.
+    pub(super) fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(found) = self.recent.iter().find(|r| ***r == *s) {
+            return Arc::clone(found);
+        }
+        let shared = self.interner.string(s);
+        if self.recent.len() < RECENT_NAMES {
+            self.recent.push(Arc::clone(&shared));
+        }
+        shared
+    }
+}
 
 /// Per node: the last two valid raw samples, their usage, and the pods of the last scrape.
 #[derive(Debug)]
@@ -186,6 +220,7 @@ impl PodEntry {
         new: &[NewContainer<'_>],
         history: bool,
         resolution_ns: i64,
+        names: &mut Names<'_>,
         mut on_skip: impl FnMut(Skipped<'_>),
     ) -> Option<Arc<PodUsage>> {
         let same_names = history
@@ -224,7 +259,7 @@ impl PodEntry {
                     resolution_ns,
                 );
                 containers.push(ContainerEntry {
-                    name: old.map_or_else(|| Arc::from(new.name), |o| o.name.clone()),
+                    name: old.map_or_else(|| names.get(new.name), |o| o.name.clone()),
                     last: new.point,
                     prev,
                     rate: Rate::Pending,

@@ -43,7 +43,8 @@ use foldhash::fast::RandomState;
 
 use crate::point::{ContainerSample, NodeName, NodeScrape, PodKey, PodUsage, Usage};
 
-use entry::{KeyView, NewContainer, NodeEntry, PodEntry, Skipped};
+use crate::inventory::Interner;
+use entry::{KeyView, Names, NewContainer, NodeEntry, PodEntry, Skipped};
 use rate::Point;
 use slot::Linked;
 
@@ -125,6 +126,8 @@ pub struct Store {
     staleness_ns: i64,
     nodes: DashMap<NodeName, NodeEntry, RandomState>,
     pods: DashMap<PodKey, PodEntry, RandomState>,
+    /// Namespaces and container names, shared by every pod that has them.
+    names: Interner,
 }
 
 /// What `ingest_pod` stored, for the node's counters.
@@ -154,6 +157,7 @@ impl Store {
             staleness_ns: duration_ns(config.staleness),
             nodes: DashMap::with_hasher(RandomState::default()),
             pods: DashMap::with_hasher(RandomState::default()),
+            names: Interner::new(),
         }
     }
 
@@ -193,6 +197,7 @@ impl Store {
         let mut new_pods: Vec<PodKey> = Vec::with_capacity(old_pods.len());
         let mut valid: Vec<NewContainer<'_>> = Vec::new();
         let mut containers_with_usage = 0u32;
+        let mut names = Names::new(&self.names);
         for pod in samples
             .chunk_by(|(ha, a), (hb, b)| ha == hb && a.namespace == b.namespace && a.pod == b.pod)
         {
@@ -213,7 +218,8 @@ impl Store {
             if valid.is_empty() {
                 continue;
             }
-            let Some(stored) = self.ingest_pod(node, namespace, name, &valid, now_ns) else {
+            let Some(stored) = self.ingest_pod(node, namespace, name, &valid, now_ns, &mut names)
+            else {
                 continue;
             };
             ingested.pods_with_usage += usize::from(stored.has_usage);
@@ -310,12 +316,16 @@ impl Store {
         name: &str,
         containers: &[NewContainer<'_>],
         now_ns: i64,
+        names: &mut Names<'_>,
     ) -> Option<StoredPod> {
         let mut entry = match self.pods.get_mut(pod_view(&(namespace, name))) {
             Some(entry) => entry,
             None => self
                 .pods
-                .entry(PodKey::new(namespace, name))
+                .entry(PodKey {
+                    namespace: names.get(namespace),
+                    name: Arc::from(name),
+                })
                 .or_insert_with(|| PodEntry::empty(node, self.id)),
         };
         let mut history = true;
@@ -336,6 +346,7 @@ impl Store {
             containers,
             history,
             self.resolution_ns,
+            names,
             |Skipped { container, error }| {
                 tracing::debug!(node = %node, namespace, pod = name, container, reason = %error,
                 "skipping container usage");

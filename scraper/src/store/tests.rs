@@ -1364,3 +1364,38 @@ fn evicting_stale_pods_retires_their_links() {
     // Read at a time the data would still be fresh: only the retirement hides it.
     assert_eq!(store.pod_linked(&link, "ns", "pod1", t2), None);
 }
+
+#[test]
+fn namespaces_and_container_names_are_shared_between_pods() {
+    let store = store(60);
+    let n = name("node1");
+    let t = T0 + 120 * SECOND;
+    for (i, ts) in [t, t + 5 * SECOND].into_iter().enumerate() {
+        let cpu = (1 + 5 * i as u64) * CORE_SECOND;
+        let s = sample(ts, T0, cpu, 4 * MIB);
+        let containers = ["pod1", "pod2"]
+            .into_iter()
+            .flat_map(|p| [container(p, "app", s), container(p, "sidecar", s)])
+            .collect();
+        store.ingest(&n, &scrape(None, containers), ts);
+    }
+    let now = t + 5 * SECOND;
+    let (a, b) = (
+        store.pod("ns", "pod1", now).expect("pod1 has usage"),
+        store.pod("ns", "pod2", now).expect("pod2 has usage"),
+    );
+    assert_eq!(
+        (names(&a), names(&b)),
+        (vec!["app", "sidecar"], vec!["app", "sidecar"])
+    );
+    for (x, y) in a.containers.iter().zip(b.containers.iter()) {
+        assert!(
+            Arc::ptr_eq(&x.name, &y.name),
+            "{} is one allocation",
+            x.name
+        );
+    }
+    let keys: Vec<PodKey> = store.pods.iter().map(|e| e.key().clone()).collect();
+    assert_eq!(keys.len(), 2);
+    assert!(Arc::ptr_eq(&keys[0].namespace, &keys[1].namespace));
+}
