@@ -5,7 +5,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::inventory::Interner;
-use crate::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
+use crate::point::{ContainerUsage, Containers, NodeName, PodKey, PodUsage, Usage};
 
 use super::rate::{self, Point, RateError};
 use super::slot::UsageSlot;
@@ -291,7 +291,7 @@ impl PodEntry {
             return None;
         }
         let mut earliest: Option<Usage> = None;
-        let containers: Arc<[ContainerUsage]> = self
+        let containers: Containers = self
             .containers
             .iter()
             .filter_map(|c| match c.rate {
