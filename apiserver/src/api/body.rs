@@ -21,6 +21,13 @@ pub const BUFFERED_ITEMS: usize = 128;
 /// Writes one item.
 pub type WriteItem<T> = fn(&mut Vec<u8>, &Ctx, &T);
 
+/// Reads the memory an item's writer is about to read (see [`ListBody::warming`]).
+pub type WarmItem<T> = fn(&T);
+
+/// How many items a list warms at once, ahead of the ones it reads: a batch's loads are
+/// independent, so their cache misses overlap instead of following each other.
+pub const WARM_BATCH: usize = 8;
+
 /// A list: `head`, the items (separated by commas in JSON), `tail`.
 pub struct ListBody<T> {
     head: Vec<u8>,
@@ -33,6 +40,7 @@ pub struct ListBody<T> {
     separator: &'static [u8],
     ctx: Ctx,
     write: WriteItem<T>,
+    warm: WarmItem<T>,
     done: bool,
 }
 
@@ -63,8 +71,18 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
             separator: b",",
             ctx,
             write,
+            warm: |_| {},
             done: false,
         }
+    }
+
+    /// Has each item's memory read before it is written, [`WARM_BATCH`] items at a time: a
+    /// long list's items are far larger than the caches, so the writer mostly waits for
+    /// memory, and one item's misses after another's (the reference-count updates of the
+    /// items dropped on the way serialise them); a batch of plain loads overlaps them.
+    pub fn warming(mut self, warm: WarmItem<T>) -> Self {
+        self.warm = warm;
+        self
     }
 
     /// Items follow each other with nothing between them (protobuf's repeated field),
@@ -83,6 +101,13 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
             let Some(item) = self.items.next() else {
                 break;
             };
+            if self.next.is_multiple_of(WARM_BATCH) {
+                self.items
+                    .as_slice()
+                    .iter()
+                    .take(WARM_BATCH)
+                    .for_each(self.warm);
+            }
             if self.next > 0 {
                 out.extend_from_slice(self.separator);
             }

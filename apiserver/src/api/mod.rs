@@ -48,6 +48,7 @@ use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 
 use self::accept::{Endpoint, Format, Target};
+use self::body::WARM_BATCH;
 use self::discovery::{AGGREGATED_CONTENT_TYPE, Discovery};
 use self::encode::{Ctx, Include, NodeItem, PodItem};
 use self::metrics::Freshness;
@@ -84,6 +85,9 @@ pub trait Source: Send + Sync + 'static {
     fn pods_sorted(&self) -> bool {
         false
     }
+    /// Loads what [`Source::record_usage`] will read for `record` and discards it; a list
+    /// calls it for a batch of records ahead, so their cache misses overlap.
+    fn warm(&self, _record: &PodRecord) {}
 }
 
 /// The real source: the inventory for existence and labels, the store for usage.
@@ -123,6 +127,9 @@ impl Source for Live {
     /// The inventory keeps pods in maps ordered by namespace, then name.
     fn pods_sorted(&self) -> bool {
         true
+    }
+    fn warm(&self, record: &PodRecord) {
+        record.usage.warm();
     }
 }
 
@@ -453,10 +460,21 @@ impl<S: Source> Handler<S> {
         let mut sorted = true;
         // Records move into the items (a reference count touched once per pod, while its
         // line is in cache); the ones not selected are dropped on the way.
-        let mut pods = pods.into_iter().peekable();
+        let mut pods = pods.into_iter();
+        let mut index = 0usize;
         while let Some(record) = pods.next() {
+            // Every WARM_BATCH records, the next batch's records and slots are loaded at once
+            // (independent loads whose misses overlap), before the reads that take locks.
+            if index.is_multiple_of(WARM_BATCH) {
+                let ahead = pods.as_slice();
+                ahead
+                    .iter()
+                    .take(WARM_BATCH)
+                    .for_each(|r| self.source.warm(r));
+            }
+            index += 1;
             let key = &record.key;
-            if check && let Some(next) = pods.peek() {
+            if check && let Some(next) = pods.as_slice().first() {
                 sorted &= *key <= next.key;
             }
             if namespace.is_some_and(|ns| *key.namespace != *ns)

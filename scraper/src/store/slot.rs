@@ -115,6 +115,14 @@ impl UsageLink {
     pub fn is_linked(&self) -> bool {
         self.0.get().is_some()
     }
+
+    /// Loads the linked slot's memory (a plain read, no lock) and discards it, so a reader
+    /// of many pods can have the next ones' slots on their way while it reads this one.
+    pub fn warm(&self) {
+        if let Some(slot) = self.0.get() {
+            std::hint::black_box(Arc::strong_count(slot));
+        }
+    }
 }
 
 impl Clone for UsageLink {
