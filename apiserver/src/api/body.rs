@@ -158,3 +158,50 @@ impl<T: Send + Sync + Unpin + 'static> HttpBody for ListBody<T> {
         SizeHint::default()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    static WARMED: AtomicUsize = AtomicUsize::new(0);
+
+    fn drain(body: ListBody<u32>) -> Vec<u8> {
+        let mut body = Box::pin(body);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut out = Vec::new();
+        while let Poll::Ready(Some(Ok(frame))) = body.as_mut().poll_frame(&mut cx) {
+            out.extend_from_slice(&frame.into_data().unwrap());
+        }
+        out
+    }
+
+    /// Warming reads items ahead of the writer, each once, and changes no byte.
+    #[test]
+    fn warming_visits_every_item_ahead_once_and_changes_nothing() {
+        let items: Vec<u32> = (0..40_000).collect();
+        let body = |warm: Option<WarmItem<u32>>| {
+            let body = ListBody::new(
+                b"[".to_vec(),
+                items.clone(),
+                b"]",
+                Ctx::new("v", 0),
+                |out, _, i| out.extend_from_slice(i.to_string().as_bytes()),
+            );
+            match warm {
+                Some(warm) => body.warming(warm),
+                None => body,
+            }
+        };
+        let plain = drain(body(None));
+        let warmed = drain(body(Some(|_| {
+            WARMED.fetch_add(1, Ordering::Relaxed);
+        })));
+        assert_eq!(plain, warmed);
+        assert!(plain.len() > 2 * CHUNK_BYTES, "streamed in several frames");
+        // Every item but the first is warmed before it is written, exactly once.
+        assert_eq!(WARMED.load(Ordering::Relaxed), items.len() - 1);
+    }
+}

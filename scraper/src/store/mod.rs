@@ -2,8 +2,11 @@
 //!
 //! Two [`DashMap`]s: nodes by name and pods by [`PodKey`] (a pod read is one lookup). Per
 //! node and per container the store keeps the last two valid raw samples and the usage
-//! computed from them *at ingest*; per pod a ready-made `Arc<PodUsage>`. Reads are a lookup
-//! plus a staleness check. A writer holds one shard lock at a time and never across anything
+//! computed from them *at ingest*; per pod a ready-made `Arc<PodUsage>`, in a [`UsageSlot`]
+//! that an inventory record's [`UsageLink`] can point at ([`Store::pod_linked`]: a list
+//! follows links instead of looking every pod up). Reads are a lookup (or a link) plus a
+//! staleness check. Namespaces and container names are interned: one allocation per distinct
+//! string. A writer holds one shard lock at a time and never across anything
 //! slow, so readers of other nodes and pods never wait for an ingest.
 //!
 //! Semantics follow metrics-server `pkg/storage` (reference §4) with these differences:
@@ -19,6 +22,7 @@
 //! # Layout
 //! - `rate`: valid samples, `last`/`prev` rules and the CPU rate.
 //! - `entry`: per node, pod and container records, and the per-pod update.
+//! - `slot`: the shared cell of a pod's served usage and the records' links to it.
 //!
 //! Ingests of one node are expected one at a time (the scrape loop has at most one scrape per
 //! node in flight). Racing ingests of the same node stay memory safe; a pod they leave behind
