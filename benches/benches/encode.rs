@@ -151,6 +151,7 @@ impl Memory {
                     }),
                 );
                 m.pods.push(Arc::new(PodRecord {
+                    usage: scraper::store::UsageLink::new(),
                     key,
                     labels: labels(&[("app", app), ("pod-template-hash", "5d8f9c7b6".to_owned())]),
                     node_name: Some(NodeName::from(name.as_str())),
@@ -226,6 +227,7 @@ fn live(nodes: usize, pods_per_node: usize) -> Live {
             let app = format!("app-{:04}", i / 30);
             let pod = format!("{app}-5d8f9c7b6-{i:06}");
             pod_records.push(PodRecord {
+                usage: scraper::store::UsageLink::new(),
                 key: PodKey::new(&ns, &pod),
                 labels: interner
                     .labels([("app", app.as_str()), ("pod-template-hash", "5d8f9c7b6")]),

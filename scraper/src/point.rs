@@ -154,5 +154,9 @@ pub struct PodUsage {
     /// That same container's window, ns.
     pub window_ns: i64,
     /// Containers sorted by name.
-    pub containers: Arc<[ContainerUsage]>,
+    pub containers: Containers,
 }
+
+/// A pod's containers' usage: up to two inline in the [`PodUsage`] itself (one allocation per
+/// pod for the common shapes, and a read touches one block), more on the heap.
+pub type Containers = smallvec::SmallVec<[ContainerUsage; 2]>;

@@ -43,11 +43,12 @@ use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord};
-use scraper::point::{PodKey, PodUsage, Usage};
+use scraper::point::{PodUsage, Usage};
 use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 
 use self::accept::{Endpoint, Format, Target};
+use self::body::WARM_BATCH;
 use self::discovery::{AGGREGATED_CONTENT_TYPE, Discovery};
 use self::encode::{Ctx, Include, NodeItem, PodItem};
 use self::metrics::Freshness;
@@ -85,6 +86,19 @@ pub trait Source: Send + Sync + 'static {
     fn node_usage(&self, name: &str, now_ns: i64) -> Option<Usage>;
     /// A pod's servable usage at `now_ns`.
     fn pod_usage(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>>;
+    /// The servable usage of the pod of `record` (one of [`Source::pods`]'s) at `now_ns`:
+    /// what lists read per pod. By default [`Source::pod_usage`] of its key.
+    fn record_usage(&self, record: &PodRecord, now_ns: i64) -> Option<Arc<PodUsage>> {
+        self.pod_usage(&record.key.namespace, &record.key.name, now_ns)
+    }
+    /// Whether [`Source::pods`] is sorted by namespace then name by construction, so a list
+    /// need not check it.
+    fn pods_sorted(&self) -> bool {
+        false
+    }
+    /// Loads what [`Source::record_usage`] will read for `record` and discards it; a list
+    /// calls it for a batch of records ahead, so their cache misses overlap.
+    fn warm(&self, _record: &PodRecord) {}
 }
 
 /// The real source: the inventory for existence and labels, the store for usage.
@@ -121,6 +135,19 @@ impl Source for Live {
     }
     fn pod_usage(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>> {
         self.store.pod(namespace, name, now_ns)
+    }
+    /// Through the record's link to the store's slot: no hash lookup once linked.
+    fn record_usage(&self, record: &PodRecord, now_ns: i64) -> Option<Arc<PodUsage>> {
+        let key = &record.key;
+        self.store
+            .pod_linked(&record.usage, &key.namespace, &key.name, now_ns)
+    }
+    /// The inventory keeps pods in maps ordered by namespace, then name.
+    fn pods_sorted(&self) -> bool {
+        true
+    }
+    fn warm(&self, record: &PodRecord) {
+        record.usage.warm();
     }
 }
 
@@ -445,28 +472,38 @@ impl<S: Source> Handler<S> {
         let pods = self.source.pods_matching(namespace, &q.labels);
         let mut batch = self.freshness.batch();
         let mut items = Vec::with_capacity(pods.len());
-        // The source promises namespace/name order; checked on the way (the keys are being
-        // read anyway) and restored if broken.
+        // The source promises namespace/name order; unless it holds by construction, checked
+        // on the way and restored if broken.
+        let check = !self.source.pods_sorted();
         let mut sorted = true;
-        let mut previous: Option<&PodKey> = None;
-        for record in &pods {
-            let key = &record.key;
-            if let Some(p) = previous {
-                sorted &= p <= key;
+        // Records move into the items (a reference count touched once per pod, while its
+        // line is in cache); the ones not selected are dropped on the way.
+        let mut pods = pods.into_iter();
+        let mut index = 0usize;
+        while let Some(record) = pods.next() {
+            // Every WARM_BATCH records, the next batch's records and slots are loaded at once
+            // (independent loads whose misses overlap), before the reads that take locks.
+            if index.is_multiple_of(WARM_BATCH) {
+                let ahead = pods.as_slice();
+                ahead
+                    .iter()
+                    .take(WARM_BATCH)
+                    .for_each(|r| self.source.warm(r));
             }
-            previous = Some(key);
+            index += 1;
+            let key = &record.key;
+            if check && let Some(next) = pods.as_slice().first() {
+                sorted &= *key <= next.key;
+            }
             if namespace.is_some_and(|ns| *key.namespace != *ns)
                 || !q.labels.matches(&record.labels)
                 || !q.fields.matches(&key.name, &key.namespace)
             {
                 continue;
             }
-            if let Some(usage) = self.source.pod_usage(&key.namespace, &key.name, now_ns) {
+            if let Some(usage) = self.source.record_usage(&record, now_ns) {
                 batch.observe(now_ns, usage.timestamp_ns);
-                let item = PodItem {
-                    record: Arc::clone(record),
-                    usage,
-                };
+                let item = PodItem { record, usage };
                 visit(&item);
                 items.push(item);
             }

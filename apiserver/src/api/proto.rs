@@ -579,6 +579,7 @@ mod tests {
             let ts = next() as i64;
             let pod = PodItem {
                 record: Arc::new(PodRecord {
+                    usage: scraper::store::UsageLink::new(),
                     key: PodKey::new("ns", &format!("p{}", &long[..long.len().min(round % 150)])),
                     labels: Labels(labels.clone().into()),
                     node_name: None,

@@ -43,7 +43,7 @@ fn with_swap() -> Fake {
     );
     let (record, u) = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
     let mut u = (*u.unwrap()).clone();
-    u.containers = Arc::from(vec![
+    u.containers = vec![
         ContainerUsage {
             name: Arc::from("a"),
             cpu_nanocores: 1_000_000,
@@ -56,7 +56,8 @@ fn with_swap() -> Fake {
             memory_bytes: u64::MAX,
             swap_bytes: None,
         },
-    ]);
+    ]
+    .into();
     f.pods.insert(
         ("default".to_owned(), "busybox".to_owned()),
         (record, Some(Arc::new(u))),

@@ -4,7 +4,7 @@
 use http::{Response, StatusCode};
 
 use super::accept::{self, Format, Target};
-use super::body::{ListBody, WriteItem};
+use super::body::{ListBody, WarmItem, WriteItem};
 use super::encode::{self, Ctx, NodeItem, PodItem};
 use super::proto::{self, Writer};
 use super::{json_response, response};
@@ -146,6 +146,8 @@ struct ListKind<T> {
     proto: (Writer<T>, WriteItem<T>),
     /// The protobuf PartialObjectMetadata and its list item.
     proto_partial: (Writer<T>, WriteItem<T>),
+    /// Loads an item's memory ahead of its writer.
+    warm: WarmItem<T>,
 }
 
 /// Streams a list in the negotiated form.
@@ -166,6 +168,7 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
         row,
         proto,
         proto_partial,
+        warm,
     } = k;
     if format == Format::Protobuf {
         let (api_version, kind, (writer, write)) = match target {
@@ -182,7 +185,7 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
         // `raw`'s length goes first, so every item is measured before the first is written.
         let raw_len = measured.unwrap_or_else(|| proto::list_len(&ctx, &items, writer));
         let head = proto::list_head(api_version, kind, raw_len);
-        let body = ListBody::new(head, items, proto::ENVELOPE_TAIL, ctx, write);
+        let body = ListBody::new(head, items, proto::ENVELOPE_TAIL, ctx, write).warming(warm);
         return response(
             StatusCode::OK,
             accept::PROTOBUF,
@@ -216,7 +219,11 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             (row, b"]}\n")
         }
     };
-    json_response(ListBody::new(head, items, tail, ctx, write).into_body())
+    json_response(
+        ListBody::new(head, items, tail, ctx, write)
+            .warming(warm)
+            .into_body(),
+    )
 }
 
 pub(super) fn nodes_list(
@@ -239,6 +246,7 @@ pub(super) fn nodes_list(
             row: encode::write_node_row,
             proto: (proto::NODE, proto::node_item),
             proto_partial: (proto::NODE_PARTIAL, proto::node_partial_item),
+            warm: |_| {},
         },
         None,
         accept,
@@ -269,6 +277,7 @@ pub(super) fn pods_list(
             row: encode::write_pod_row,
             proto: (proto::POD, proto::pod_item),
             proto_partial: (proto::POD_PARTIAL, proto::pod_partial_item),
+            warm: PodItem::warm,
         },
         measured,
         accept,

@@ -60,6 +60,7 @@ impl Fake {
         containers: Option<&[(&str, u64, u64)]>,
     ) {
         let record = PodRecord {
+            usage: scraper::store::UsageLink::new(),
             key: PodKey::new(ns, name),
             labels: labels(l),
             node_name: Some(NodeName::from("n1")),
@@ -356,7 +357,7 @@ fn swap_is_served_only_where_the_kubelet_reported_it() {
     );
     let mut pod = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
     let mut u = (*pod.1.clone().unwrap()).clone();
-    u.containers = Arc::from(vec![
+    u.containers = vec![
         ContainerUsage {
             name: Arc::from("a"),
             cpu_nanocores: 1_000_000,
@@ -369,7 +370,8 @@ fn swap_is_served_only_where_the_kubelet_reported_it() {
             memory_bytes: 1 << 20,
             swap_bytes: None,
         },
-    ]);
+    ]
+    .into();
     pod.1 = Some(Arc::new(u));
     f.pods
         .insert(("default".to_owned(), "busybox".to_owned()), pod);

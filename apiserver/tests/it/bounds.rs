@@ -176,6 +176,7 @@ fn populate(inventory: &Inventory, store: &Store, nodes: usize) {
         let pods: Vec<String> = (0..1000).map(|p| format!("web-{n:02}-{p:04}")).collect();
         for pod in &pods {
             inventory.upsert_pod(PodRecord {
+                usage: scraper::store::UsageLink::new(),
                 key: PodKey::new("default", pod),
                 labels: labels.clone(),
                 node_name: Some(node.clone()),

@@ -87,6 +87,7 @@ fn populate(inventory: &Inventory, store: &Store) {
         let pods: Vec<String> = (0..PODS_PER_NODE).map(|p| pod_name(n, p)).collect();
         for pod in &pods {
             inventory.upsert_pod(PodRecord {
+                usage: scraper::store::UsageLink::new(),
                 key: PodKey::new("default", pod),
                 labels: labels.clone(),
                 node_name: Some(node.clone()),

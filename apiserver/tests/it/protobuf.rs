@@ -55,6 +55,7 @@ async fn start() -> Cluster {
     for (i, pod) in pods.iter().enumerate() {
         let app = if i % 2 == 0 { "web" } else { "db" };
         inventory.upsert_pod(PodRecord {
+            usage: scraper::store::UsageLink::new(),
             key: PodKey::new("default", pod),
             labels: interner.labels([("app", app), ("pod-template-hash", "5d8f9c7b6")]),
             node_name: Some(NodeName::from("n1")),

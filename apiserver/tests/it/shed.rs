@@ -179,6 +179,7 @@ fn populate(inventory: &Inventory) {
     });
     for i in 0..4 {
         inventory.upsert_pod(PodRecord {
+            usage: scraper::store::UsageLink::new(),
             key: PodKey::new("default", &format!("web-{i}")),
             labels: labels.clone(),
             node_name: Some(NodeName::from("n1")),

@@ -103,6 +103,7 @@ fn synthetic(nodes: usize) -> (Arc<Inventory>, Arc<Store>) {
         for (p, (ns, name)) in pods.iter().enumerate() {
             let app = format!("deploy-{}", p % NAMESPACES);
             inventory.upsert_pod(PodRecord {
+                usage: scraper::store::UsageLink::new(),
                 key: PodKey::new(ns, name),
                 labels: inventory.interner().labels([("app", app.as_str())]),
                 node_name: Some(node.clone()),

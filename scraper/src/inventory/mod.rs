@@ -18,6 +18,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::point::{NodeName, PodKey};
 use crate::selector::LabelSelector;
+use crate::store::UsageLink;
 
 use index::LabelIndex;
 
@@ -84,6 +85,10 @@ pub struct PodRecord {
     pub labels: Labels,
     /// `spec.nodeName`.
     pub node_name: Option<NodeName>,
+    /// Where the store keeps this pod's usage, once a read has looked it up
+    /// ([`crate::store::Store::pod_linked`]): the cluster-wide list's shortcut past the
+    /// store's hash lookup. Not part of equality; empty in a clone.
+    pub usage: UsageLink,
 }
 
 /// A label set in the interner, looked up by its slice so a probe needs no allocation.

@@ -11,6 +11,7 @@ const NODE_JSON: &str = include_str!("testdata/node.json");
 
 fn pod(inv: &Inventory, ns: &str, name: &str, labels: &[(&str, &str)], node: &str) -> PodRecord {
     PodRecord {
+        usage: crate::store::UsageLink::new(),
         key: PodKey {
             namespace: inv.interner().string(ns),
             name: Arc::from(name),

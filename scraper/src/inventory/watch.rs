@@ -222,6 +222,7 @@ impl SlimPod {
         let namespace = self.meta.namespace.as_deref().filter(|s| !s.is_empty())?;
         let name = self.meta.name.as_deref().filter(|s| !s.is_empty())?;
         Some(PodRecord {
+            usage: crate::store::UsageLink::new(),
             key: PodKey {
                 namespace: interner.string(namespace),
                 name: Arc::from(name),

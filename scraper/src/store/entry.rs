@@ -4,9 +4,11 @@ use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::point::{ContainerUsage, NodeName, PodKey, PodUsage, Usage};
+use crate::inventory::Interner;
+use crate::point::{ContainerUsage, Containers, NodeName, PodKey, PodUsage, Usage};
 
 use super::rate::{self, Point, RateError};
+use super::slot::UsageSlot;
 
 /// A borrowed view of a pod key, so `DashMap<PodKey, _>` can be searched with two `&str`s
 /// without allocating a key.
@@ -56,6 +58,39 @@ impl PartialEq for dyn KeyView + '_ {
 }
 
 impl Eq for dyn KeyView + '_ {}
+
+/// Strings that repeat across pods (namespaces, container names), shared through the
+/// store's interner: one allocation per distinct string instead of one per pod or container,
+/// and a list that reads them touches a few hot lines. The last few strings of one ingest
+/// are kept at hand, so the repeats within a scrape do not take the interner's lock.
+pub(super) struct Names<'a> {
+    interner: &'a Interner,
+    recent: Vec<Arc<str>>,
+}
+
+/// How many strings an ingest keeps at hand.
+const RECENT_NAMES: usize = 16;
+
+impl<'a> Names<'a> {
+    pub(super) fn new(interner: &'a Interner) -> Self {
+        Names {
+            interner,
+            recent: Vec::new(),
+        }
+    }
+
+    /// The shared copy of `s`.
+    pub(super) fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(found) = self.recent.iter().find(|r| ***r == *s) {
+            return Arc::clone(found);
+        }
+        let shared = self.interner.string(s);
+        if self.recent.len() < RECENT_NAMES {
+            self.recent.push(Arc::clone(&shared));
+        }
+        shared
+    }
+}
 
 /// Per node: the last two valid raw samples, their usage, and the pods of the last scrape.
 #[derive(Debug)]
@@ -114,9 +149,9 @@ pub(super) struct ContainerEntry {
 pub(super) struct PodEntry {
     pub(super) node: NodeName,
     pub(super) containers: Vec<ContainerEntry>,
-    /// Rebuilt at every ingest; `None` while any container waits for a previous point or none
-    /// has usage.
-    pub(super) usage: Option<Arc<PodUsage>>,
+    /// The usage served to readers, rebuilt at every ingest (`None` while any container waits
+    /// for a previous point or none has usage), shared with the links of inventory records.
+    pub(super) slot: Arc<UsageSlot>,
     /// When the owning node's scrape that reported this pod finished, Unix ns.
     pub(super) seen_ns: i64,
     /// A conflicting report from another node was already logged.
@@ -124,11 +159,11 @@ pub(super) struct PodEntry {
 }
 
 impl PodEntry {
-    pub(super) fn empty(node: &NodeName) -> PodEntry {
+    pub(super) fn empty(node: &NodeName, store: u32) -> PodEntry {
         PodEntry {
             node: node.clone(),
             containers: Vec::new(),
-            usage: None,
+            slot: UsageSlot::new(store),
             seen_ns: 0,
             conflict_logged: false,
         }
@@ -168,6 +203,14 @@ pub(super) struct Skipped<'a> {
     pub(super) error: RateError,
 }
 
+/// An entry leaves the store only by being dropped (removed, retained away, or with the
+/// whole map): its slot is retired then, so links to it stop serving.
+impl Drop for PodEntry {
+    fn drop(&mut self) {
+        self.slot.retire();
+    }
+}
+
 impl PodEntry {
     /// Replaces this pod's containers by `new` (sorted by name, unique), keeping each
     /// surviving container's history, recomputes every rate and the pod's usage.
@@ -177,8 +220,9 @@ impl PodEntry {
         new: &[NewContainer<'_>],
         history: bool,
         resolution_ns: i64,
+        names: &mut Names<'_>,
         mut on_skip: impl FnMut(Skipped<'_>),
-    ) {
+    ) -> Option<Arc<PodUsage>> {
         let same_names = history
             && self.containers.len() == new.len()
             && self
@@ -215,7 +259,7 @@ impl PodEntry {
                     resolution_ns,
                 );
                 containers.push(ContainerEntry {
-                    name: old.map_or_else(|| Arc::from(new.name), |o| o.name.clone()),
+                    name: old.map_or_else(|| names.get(new.name), |o| o.name.clone()),
                     last: new.point,
                     prev,
                     rate: Rate::Pending,
@@ -236,7 +280,7 @@ impl PodEntry {
                 }
             };
         }
-        self.usage = self.build_usage();
+        self.build_usage()
     }
 
     /// The pod's usage: only when no container waits for a previous point and at least one
@@ -247,7 +291,7 @@ impl PodEntry {
             return None;
         }
         let mut earliest: Option<Usage> = None;
-        let containers: Arc<[ContainerUsage]> = self
+        let containers: Containers = self
             .containers
             .iter()
             .filter_map(|c| match c.rate {

@@ -2,8 +2,11 @@
 //!
 //! Two [`DashMap`]s: nodes by name and pods by [`PodKey`] (a pod read is one lookup). Per
 //! node and per container the store keeps the last two valid raw samples and the usage
-//! computed from them *at ingest*; per pod a ready-made `Arc<PodUsage>`. Reads are a lookup
-//! plus a staleness check. A writer holds one shard lock at a time and never across anything
+//! computed from them *at ingest*; per pod a ready-made `Arc<PodUsage>`, in a [`UsageSlot`]
+//! that an inventory record's [`UsageLink`] can point at ([`Store::pod_linked`]: a list
+//! follows links instead of looking every pod up). Reads are a lookup (or a link) plus a
+//! staleness check. Namespaces and container names are interned: one allocation per distinct
+//! string. A writer holds one shard lock at a time and never across anything
 //! slow, so readers of other nodes and pods never wait for an ingest.
 //!
 //! Semantics follow metrics-server `pkg/storage` (reference §4) with these differences:
@@ -19,6 +22,7 @@
 //! # Layout
 //! - `rate`: valid samples, `last`/`prev` rules and the CPU rate.
 //! - `entry`: per node, pod and container records, and the per-pod update.
+//! - `slot`: the shared cell of a pod's served usage and the records' links to it.
 //!
 //! Ingests of one node are expected one at a time (the scrape loop has at most one scrape per
 //! node in flight). Racing ingests of the same node stay memory safe; a pod they leave behind
@@ -28,8 +32,11 @@ mod entry;
 #[cfg(test)]
 mod proptests;
 mod rate;
+mod slot;
 #[cfg(test)]
 mod tests;
+
+pub use slot::{UsageLink, UsageSlot};
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -40,8 +47,10 @@ use foldhash::fast::RandomState;
 
 use crate::point::{ContainerSample, NodeName, NodeScrape, PodKey, PodUsage, Usage};
 
-use entry::{KeyView, NewContainer, NodeEntry, PodEntry, Skipped};
+use crate::inventory::Interner;
+use entry::{KeyView, Names, NewContainer, NodeEntry, PodEntry, Skipped};
 use rate::Point;
+use slot::Linked;
 
 /// Store settings.
 #[derive(Clone, Copy, Debug)]
@@ -115,10 +124,14 @@ pub struct Points {
 #[derive(Debug)]
 pub struct Store {
     config: Config,
+    /// Tells this store's slots from another's (see [`UsageLink`]).
+    id: u32,
     resolution_ns: i64,
     staleness_ns: i64,
     nodes: DashMap<NodeName, NodeEntry, RandomState>,
     pods: DashMap<PodKey, PodEntry, RandomState>,
+    /// Namespaces and container names, shared by every pod that has them.
+    names: Interner,
 }
 
 /// What `ingest_pod` stored, for the node's counters.
@@ -143,10 +156,12 @@ impl Store {
     pub fn new(config: Config) -> Self {
         Store {
             config,
+            id: slot::store_id(),
             resolution_ns: duration_ns(config.resolution),
             staleness_ns: duration_ns(config.staleness),
             nodes: DashMap::with_hasher(RandomState::default()),
             pods: DashMap::with_hasher(RandomState::default()),
+            names: Interner::new(),
         }
     }
 
@@ -186,6 +201,7 @@ impl Store {
         let mut new_pods: Vec<PodKey> = Vec::with_capacity(old_pods.len());
         let mut valid: Vec<NewContainer<'_>> = Vec::new();
         let mut containers_with_usage = 0u32;
+        let mut names = Names::new(&self.names);
         for pod in samples
             .chunk_by(|(ha, a), (hb, b)| ha == hb && a.namespace == b.namespace && a.pod == b.pod)
         {
@@ -206,7 +222,8 @@ impl Store {
             if valid.is_empty() {
                 continue;
             }
-            let Some(stored) = self.ingest_pod(node, namespace, name, &valid, now_ns) else {
+            let Some(stored) = self.ingest_pod(node, namespace, name, &valid, now_ns, &mut names)
+            else {
                 continue;
             };
             ingested.pods_with_usage += usize::from(stored.has_usage);
@@ -303,13 +320,17 @@ impl Store {
         name: &str,
         containers: &[NewContainer<'_>],
         now_ns: i64,
+        names: &mut Names<'_>,
     ) -> Option<StoredPod> {
         let mut entry = match self.pods.get_mut(pod_view(&(namespace, name))) {
             Some(entry) => entry,
             None => self
                 .pods
-                .entry(PodKey::new(namespace, name))
-                .or_insert_with(|| PodEntry::empty(node)),
+                .entry(PodKey {
+                    namespace: names.get(namespace),
+                    name: Arc::from(name),
+                })
+                .or_insert_with(|| PodEntry::empty(node, self.id)),
         };
         let mut history = true;
         if entry.node != *node {
@@ -325,19 +346,22 @@ impl Store {
             entry.conflict_logged = false;
             history = false;
         }
-        entry.update(
+        let usage = entry.update(
             containers,
             history,
             self.resolution_ns,
+            names,
             |Skipped { container, error }| {
                 tracing::debug!(node = %node, namespace, pod = name, container, reason = %error,
                 "skipping container usage");
             },
         );
         entry.seen_ns = now_ns;
+        let has_usage = usage.is_some();
+        entry.slot.publish(usage, now_ns);
         Some(StoredPod {
             key: entry.key().clone(),
-            has_usage: entry.usage.is_some(),
+            has_usage,
             containers_with_usage: entry.containers_with_usage(),
             pending: entry.pending(),
         })
@@ -384,10 +408,37 @@ impl Store {
     /// The pod's usage, if every one of its containers has servable, non-stale data.
     pub fn pod(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>> {
         let entry = self.pods.get(pod_view(&(namespace, name)))?;
-        if self.is_stale(entry.seen_ns, now_ns) {
+        let (usage, seen_ns) = entry.slot.get();
+        if self.is_stale(seen_ns, now_ns) {
             return None;
         }
-        entry.usage.clone()
+        usage
+    }
+
+    /// [`Store::pod`] for the pod whose record holds `link`: once a lookup has linked the
+    /// record, its usage is read straight from the pod's slot, without a hash lookup (what a
+    /// cluster-wide list does per pod). `namespace` and `name` must be the record's key.
+    /// A link to a pod the store has since dropped falls back to the lookup for good.
+    pub fn pod_linked(
+        &self,
+        link: &UsageLink,
+        namespace: &str,
+        name: &str,
+        now_ns: i64,
+    ) -> Option<Arc<PodUsage>> {
+        let (usage, seen_ns) = match link.0.get().map(|slot| slot.read(self.id)) {
+            Some(Linked::Live(usage, seen_ns)) => (usage, seen_ns),
+            None | Some(Linked::Gone) => {
+                let entry = self.pods.get(pod_view(&(namespace, name)))?;
+                // Only an empty link is set; one to a retired slot stays as it is.
+                let _ = link.0.set(Arc::clone(&entry.slot));
+                entry.slot.get()
+            }
+        };
+        if self.is_stale(seen_ns, now_ns) {
+            return None;
+        }
+        usage
     }
 
     /// Whether nodes and pods have servable data.

@@ -1243,3 +1243,159 @@ fn a_thousand_periods_of_churn_hold_only_what_runs() {
     assert_eq!(most, (NODES, NODES * PODS));
     assert!(store.points().containers > 0, "usage is served throughout");
 }
+
+// ---- links from inventory records ----
+
+/// Two scrapes of `pod1` (container `c1`) on `n`, 5 s apart, starting at `t`: usage at
+/// `t + 5 s` with `cpu_cores` cores.
+fn two_scrapes(store: &Store, n: &NodeName, t: i64, cpu_cores: u64) {
+    ingest_c1(store, n, sample(t, T0, CORE_SECOND, 4 * MIB));
+    ingest_c1(
+        store,
+        n,
+        sample(
+            t + 5 * SECOND,
+            T0,
+            (1 + 5 * cpu_cores) * CORE_SECOND,
+            4 * MIB,
+        ),
+    );
+}
+
+#[test]
+fn a_link_reads_what_a_lookup_reads_and_follows_every_ingest() {
+    let store = store(60);
+    let n = name("node1");
+    let t = T0 + 120 * SECOND;
+    let link = UsageLink::new();
+    assert_eq!(store.pod_linked(&link, "ns", "pod1", t), None);
+    assert!(!link.is_linked(), "no entry, nothing to link");
+
+    ingest_c1(&store, &n, sample(t, T0, CORE_SECOND, 4 * MIB));
+    assert_eq!(store.pod_linked(&link, "ns", "pod1", t), None);
+    assert!(link.is_linked(), "an entry without usage yet is linked");
+
+    let t2 = t + 5 * SECOND;
+    ingest_c1(&store, &n, sample(t2, T0, 6 * CORE_SECOND, 4 * MIB));
+    let linked = store.pod_linked(&link, "ns", "pod1", t2);
+    assert_eq!(linked, store.pod("ns", "pod1", t2));
+    assert_eq!(
+        linked.map(|p| p.containers[0].cpu_nanocores),
+        Some(CORE_SECOND)
+    );
+    // The next ingest is read through the same link.
+    let t3 = t2 + 5 * SECOND;
+    ingest_c1(&store, &n, sample(t3, T0, 16 * CORE_SECOND, 4 * MIB));
+    assert_eq!(
+        store
+            .pod_linked(&link, "ns", "pod1", t3)
+            .map(|p| (p.timestamp_ns, p.containers[0].cpu_nanocores)),
+        Some((t3, 2 * CORE_SECOND))
+    );
+    // Staleness applies as to a lookup.
+    let late = t3 + 121 * SECOND;
+    assert_eq!(store.pod("ns", "pod1", late), None);
+    assert_eq!(store.pod_linked(&link, "ns", "pod1", late), None);
+}
+
+#[test]
+fn a_link_to_a_dropped_pod_stops_serving_and_falls_back_to_a_lookup() {
+    let store = store(60);
+    let n = name("node1");
+    let t = T0 + 120 * SECOND;
+    two_scrapes(&store, &n, t, 1);
+    let t2 = t + 5 * SECOND;
+    let link = UsageLink::new();
+    assert!(store.pod_linked(&link, "ns", "pod1", t2).is_some());
+    assert!(link.is_linked());
+
+    store.remove_node("node1");
+    assert_eq!(store.pod("ns", "pod1", t2), None);
+    assert_eq!(
+        store.pod_linked(&link, "ns", "pod1", t2),
+        None,
+        "the retired slot must not serve the dropped pod's usage"
+    );
+
+    // The pod comes back as a new entry (another node): the old link is retired, the
+    // lookup finds the new one.
+    let n2 = name("node2");
+    let t3 = t2 + 10 * SECOND;
+    two_scrapes(&store, &n2, t3, 3);
+    let back = store.pod_linked(&link, "ns", "pod1", t3 + 5 * SECOND);
+    assert_eq!(back, store.pod("ns", "pod1", t3 + 5 * SECOND));
+    assert_eq!(
+        back.map(|p| (p.node.clone(), p.containers[0].cpu_nanocores)),
+        Some((n2, 3 * CORE_SECOND))
+    );
+}
+
+#[test]
+fn a_link_made_by_one_store_is_not_read_by_another() {
+    let (a, b) = (store(60), store(60));
+    let n = name("node1");
+    let t = T0 + 120 * SECOND;
+    two_scrapes(&a, &n, t, 1);
+    two_scrapes(&b, &n, t, 2);
+    let t2 = t + 5 * SECOND;
+    let link = UsageLink::new();
+    assert!(a.pod_linked(&link, "ns", "pod1", t2).is_some());
+    assert_eq!(
+        b.pod_linked(&link, "ns", "pod1", t2)
+            .map(|p| p.containers[0].cpu_nanocores),
+        Some(2 * CORE_SECOND),
+        "b answers from its own entry"
+    );
+    // A clone starts unlinked.
+    assert!(!link.clone().is_linked());
+}
+
+#[test]
+fn evicting_stale_pods_retires_their_links() {
+    let store = store(60);
+    let n = name("node1");
+    let t = T0 + 120 * SECOND;
+    two_scrapes(&store, &n, t, 1);
+    let t2 = t + 5 * SECOND;
+    let link = UsageLink::new();
+    assert!(store.pod_linked(&link, "ns", "pod1", t2).is_some());
+    store.evict_stale(t2 + 200 * SECOND);
+    assert_eq!(store.entries(), (0, 0));
+    // Read at a time the data would still be fresh: only the retirement hides it.
+    assert_eq!(store.pod_linked(&link, "ns", "pod1", t2), None);
+}
+
+#[test]
+fn namespaces_and_container_names_are_shared_between_pods() {
+    let store = store(60);
+    let n = name("node1");
+    let t = T0 + 120 * SECOND;
+    for (i, ts) in [t, t + 5 * SECOND].into_iter().enumerate() {
+        let cpu = (1 + 5 * i as u64) * CORE_SECOND;
+        let s = sample(ts, T0, cpu, 4 * MIB);
+        let containers = ["pod1", "pod2"]
+            .into_iter()
+            .flat_map(|p| [container(p, "app", s), container(p, "sidecar", s)])
+            .collect();
+        store.ingest(&n, &scrape(None, containers), ts);
+    }
+    let now = t + 5 * SECOND;
+    let (a, b) = (
+        store.pod("ns", "pod1", now).expect("pod1 has usage"),
+        store.pod("ns", "pod2", now).expect("pod2 has usage"),
+    );
+    assert_eq!(
+        (names(&a), names(&b)),
+        (vec!["app", "sidecar"], vec!["app", "sidecar"])
+    );
+    for (x, y) in a.containers.iter().zip(b.containers.iter()) {
+        assert!(
+            Arc::ptr_eq(&x.name, &y.name),
+            "{} is one allocation",
+            x.name
+        );
+    }
+    let keys: Vec<PodKey> = store.pods.iter().map(|e| e.key().clone()).collect();
+    assert_eq!(keys.len(), 2);
+    assert!(Arc::ptr_eq(&keys[0].namespace, &keys[1].namespace));
+}

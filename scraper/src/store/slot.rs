@@ -1,0 +1,152 @@
+//! Where a pod's served usage lives: one small shared cell per pod entry, which the pod's
+//! inventory record can point at, so a cluster-wide list reads each pod's usage without a
+//! hash lookup in the store.
+//!
+//! The store publishes into the slot at every ingest of the pod (under the shard lock it
+//! already holds) and retires it when the entry leaves the map (the entry's `Drop`), so a
+//! reader that followed a link never sees usage of a pod the store no longer holds.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::point::PodUsage;
+
+/// Gives every [`super::Store`] its own id, so a link made by one store is never read as
+/// another's.
+static NEXT_STORE_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A fresh store id.
+pub(super) fn store_id() -> u32 {
+    NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One pod entry's served usage, shared between the store entry and the links to it.
+#[derive(Debug)]
+pub struct UsageSlot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Debug)]
+struct SlotState {
+    usage: Option<Arc<PodUsage>>,
+    /// When the owning node's scrape that reported the pod finished, Unix ns.
+    seen_ns: i64,
+    /// The store that owns the entry.
+    store: u32,
+    /// The entry left the store: nothing may be read from this slot any more.
+    retired: bool,
+}
+
+/// What a read through a link found.
+pub(super) enum Linked {
+    /// The slot is live: this is the pod's usage (or none) and when it was seen.
+    Live(Option<Arc<PodUsage>>, i64),
+    /// The slot belongs to another store or its entry is gone: look the pod up.
+    Gone,
+}
+
+impl UsageSlot {
+    pub(super) fn new(store: u32) -> Arc<UsageSlot> {
+        Arc::new(UsageSlot {
+            state: Mutex::new(SlotState {
+                usage: None,
+                seen_ns: 0,
+                store,
+                retired: false,
+            }),
+        })
+    }
+
+    /// Replaces the served usage and when the pod was seen.
+    pub(super) fn publish(&self, usage: Option<Arc<PodUsage>>, seen_ns: i64) {
+        let old = {
+            let mut state = self.state.lock();
+            state.seen_ns = seen_ns;
+            std::mem::replace(&mut state.usage, usage)
+        };
+        // The previous usage is freed outside the lock.
+        drop(old);
+    }
+
+    /// The usage and when it was seen.
+    pub(super) fn get(&self) -> (Option<Arc<PodUsage>>, i64) {
+        let state = self.state.lock();
+        (state.usage.clone(), state.seen_ns)
+    }
+
+    /// The usage, if the slot is `store`'s and its entry is still held.
+    pub(super) fn read(&self, store: u32) -> Linked {
+        let state = self.state.lock();
+        if state.retired || state.store != store {
+            return Linked::Gone;
+        }
+        Linked::Live(state.usage.clone(), state.seen_ns)
+    }
+
+    /// The entry left the store.
+    pub(super) fn retire(&self) {
+        let old = {
+            let mut state = self.state.lock();
+            state.retired = true;
+            state.usage.take()
+        };
+        drop(old);
+    }
+}
+
+/// A pod record's link to the store slot of the same pod, made by the first
+/// [`super::Store::pod_linked`] for it; empty until then (and in every clone, since a clone
+/// may be given another key).
+///
+/// A link is only read by the store that made it. When the store drops the pod (its node
+/// went away, its data went stale) the slot is retired and reads fall back to a lookup.
+#[derive(Default)]
+pub struct UsageLink(pub(super) OnceLock<Arc<UsageSlot>>);
+
+impl UsageLink {
+    /// An empty link.
+    pub fn new() -> Self {
+        UsageLink::default()
+    }
+
+    /// Whether a store has linked this record.
+    pub fn is_linked(&self) -> bool {
+        self.0.get().is_some()
+    }
+
+    /// Loads the linked slot's memory (a plain read, no lock) and discards it, so a reader
+    /// of many pods can have the next ones' slots on their way while it reads this one.
+    pub fn warm(&self) {
+        if let Some(slot) = self.0.get() {
+            std::hint::black_box(Arc::strong_count(slot));
+        }
+    }
+}
+
+impl Clone for UsageLink {
+    fn clone(&self) -> Self {
+        UsageLink::default()
+    }
+}
+
+/// Links never take part in a record's equality: two records with the same fields are equal
+/// whether or not a store has linked them.
+impl PartialEq for UsageLink {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for UsageLink {}
+
+impl std::fmt::Debug for UsageLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_linked() {
+            "UsageLink(linked)"
+        } else {
+            "UsageLink"
+        })
+    }
+}
