@@ -23,6 +23,7 @@ use crate::scale::client::Client;
 use crate::scale::cluster::{Cluster, Shape};
 use crate::scale::procfs::{self, Proc};
 use crate::scale::server::Server;
+use crate::scale::wait_for_every_node;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -148,22 +149,14 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let mut client = Client::new(server.addr, &work.front_proxy.identity)?;
 
     // Every node served, and the HPA-shaped list's size known.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        if !server.running() {
-            bail!("the server exited; see {}", work.dir.display());
-        }
-        if Instant::now() > deadline {
-            bail!("the server did not serve every node within 300 s");
-        }
-        let f = client
-            .get("/apis/metrics.k8s.io/v1/nodes", b"\"window\":")
-            .await;
-        if f.is_ok_and(|f| f.status.is_success() && f.marker_count >= n) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_for_every_node(
+        &mut client,
+        &mut server,
+        n,
+        Duration::from_secs(300),
+        Duration::from_millis(500),
+    )
+    .await?;
     let items = client.get(HPA_PATH, b"\"window\":").await?.marker_count;
     if items == 0 {
         bail!("GET {HPA_PATH}: no pods");

@@ -29,7 +29,7 @@ use crate::scale::client::Client;
 use crate::scale::cluster::{Cluster, Shape, node_name};
 use crate::scale::procfs::{self, Proc};
 use crate::scale::server::Server;
-use crate::scale::{mib, scrape_counters, unix_ms};
+use crate::scale::{mib, scrape_counters, unix_ms, wait_for_every_node};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -180,30 +180,16 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     );
     let mut client = Client::new(server.addr, &work.front_proxy.identity)?;
 
-    let nodes_path = "/apis/metrics.k8s.io/v1/nodes";
     let pods_path = "/apis/metrics.k8s.io/v1/pods";
     let t_setup = Instant::now();
-    let mut last = String::new();
-    loop {
-        if !server.running() {
-            bail!(
-                "the server exited during set-up; see {}",
-                server.log.display()
-            );
-        }
-        if t_setup.elapsed() > options.setup_timeout {
-            bail!(
-                "set-up did not finish within {:?} (last: {last})",
-                options.setup_timeout
-            );
-        }
-        match client.get(nodes_path, b"\"window\":").await {
-            Ok(f) if f.status.is_success() && f.marker_count >= n => break,
-            Ok(f) => last = format!("{} with {} nodes", f.status, f.marker_count),
-            Err(e) => last = format!("{e:#}"),
-        }
-        tokio::time::sleep(options.resolution / 4).await;
-    }
+    wait_for_every_node(
+        &mut client,
+        &mut server,
+        n,
+        options.setup_timeout,
+        options.resolution / 4,
+    )
+    .await?;
     println!(
         "  every node has usage {:.1} s after the server started (server RSS {:.1} MiB)",
         t_setup.elapsed().as_secs_f64(),

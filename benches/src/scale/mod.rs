@@ -168,6 +168,39 @@ pub fn scrape_counters(text: &str) -> (u64, u64) {
     (value("true"), value("false"))
 }
 
+/// Polls `GET /apis/metrics.k8s.io/v1/nodes` every `poll` until it lists `n` nodes with usage;
+/// fails when the server exits or `timeout` passes (saying what the last poll saw).
+pub async fn wait_for_every_node(
+    client: &mut Client,
+    server: &mut Server,
+    n: usize,
+    timeout: Duration,
+    poll: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        if !server.running() {
+            bail!(
+                "the server exited during set-up; see {}",
+                server.log.display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!("set-up did not finish within {timeout:?} (last: {last})");
+        }
+        match client
+            .get("/apis/metrics.k8s.io/v1/nodes", b"\"window\":")
+            .await
+        {
+            Ok(f) if f.status.is_success() && f.marker_count >= n => return Ok(()),
+            Ok(f) => last = format!("{} with {} nodes", f.status, f.marker_count),
+            Err(e) => last = format!("{e:#}"),
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
 /// `metrics_server_manager_tick_duration_seconds`: periods observed, and of those the ones
 /// that completed within `resolution` (its bucket `le` equal to the resolution).
 pub fn periods_completed(text: &str, resolution: Duration) -> (u64, u64) {
@@ -255,27 +288,14 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     // Set-up ends when every node has usage (two scrapes each).
     let nodes_path = "/apis/metrics.k8s.io/v1/nodes";
     let pods_path = "/apis/metrics.k8s.io/v1/pods";
-    let mut last = String::new();
-    loop {
-        if !server.running() {
-            bail!(
-                "the server exited during set-up; see {}",
-                server.log.display()
-            );
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "set-up did not finish within {:?} (last: {last})",
-                options.setup_timeout
-            );
-        }
-        match client.get(nodes_path, b"\"window\":").await {
-            Ok(f) if f.status.is_success() && f.marker_count >= n => break,
-            Ok(f) => last = format!("{} with {} nodes", f.status, f.marker_count),
-            Err(e) => last = format!("{e:#}"),
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    wait_for_every_node(
+        &mut client,
+        &mut server,
+        n,
+        deadline.saturating_duration_since(Instant::now()),
+        Duration::from_secs(1),
+    )
+    .await?;
     let setup_server = t_server.elapsed();
     println!(
         "  every node has usage {:.1} s after the server started (server RSS {:.1} MiB)",
