@@ -113,7 +113,7 @@ pub fn open(out: &mut Vec<u8>, tag: u32, reserved: usize) -> usize {
 }
 
 /// Writes the length of everything after the bytes [`open`] reserved at `at`.
-#[inline]
+#[inline(always)]
 pub fn close(out: &mut Vec<u8>, at: usize, reserved: usize) {
     let len = out.len() - at - reserved;
     match (reserved, len) {
@@ -228,48 +228,50 @@ impl Resources {
         }
     }
 
-    fn entries(self) -> impl Iterator<Item = (&'static str, Quantity)> {
-        [
-            Some(("cpu", Quantity::Cpu(self.cpu_nanocores))),
-            Some(("memory", Quantity::Bytes(self.memory_bytes))),
-            self.swap_bytes.map(|s| ("swap", Quantity::Bytes(s))),
-        ]
-        .into_iter()
-        .flatten()
-    }
-
-    /// A map entry's body: `key = 1`, `value = 2 Quantity {string = 1}`.
+    /// A map entry's body: `key = 1`, `value = 2 Quantity {string = 1}`; the quantity's
+    /// string is at most 41 bytes, so every length inside is one byte.
+    #[inline]
     fn entry_len(key: &str, q: Quantity) -> usize {
-        field_len(1, key.len()) + field_len(2, field_len(1, q.string_len()))
+        key.len() + q.string_len() + 6
     }
 
     /// Every entry as repeated field `tag`.
     fn len(self, tag: u32) -> usize {
-        self.entries()
-            .map(|(k, q)| field_len(tag, Self::entry_len(k, q)))
-            .sum()
+        let entry = |key: &str, q| field_len(tag, Self::entry_len(key, q));
+        entry("cpu", Quantity::Cpu(self.cpu_nanocores))
+            + entry("memory", Quantity::Bytes(self.memory_bytes))
+            + self
+                .swap_bytes
+                .map_or(0, |s| entry("swap", Quantity::Bytes(s)))
     }
 
     fn write(self, out: &mut Vec<u8>, tag: u32) {
-        Self::write_entry(out, tag, "cpu", Quantity::Cpu(self.cpu_nanocores));
-        Self::write_entry(out, tag, "memory", Quantity::Bytes(self.memory_bytes));
+        Self::write_entry(out, tag, b"cpu", Quantity::Cpu(self.cpu_nanocores));
+        Self::write_entry(out, tag, b"memory", Quantity::Bytes(self.memory_bytes));
         if let Some(swap) = self.swap_bytes {
-            Self::write_entry(out, tag, "swap", Quantity::Bytes(swap));
+            Self::write_entry(out, tag, b"swap", Quantity::Bytes(swap));
         }
     }
 
+    /// One entry: its key, length, `key = 1`, `value = 2 {string = 1}` written as one
+    /// run with the three lengths zero, then the quantity, then the lengths filled in (an
+    /// entry is under 128 bytes: a key of at most 6, a quantity of at most 41).
     #[inline]
-    fn write_entry(out: &mut Vec<u8>, tag: u32, key: &str, q: Quantity) {
-        // An entry is under 128 bytes (a key of at most 6, a quantity of at most 41), so
-        // every length here is one byte.
-        let entry = open(out, tag, 1);
-        put_str(out, 1, key);
-        let value = open(out, 2, 1);
-        let string = open(out, 1, 1);
+    fn write_entry(out: &mut Vec<u8>, tag: u32, key: &[u8], q: Quantity) {
+        let start = out.len();
+        out.extend_from_slice(&[(tag << 3 | 2) as u8, 0, 0x0a, key.len() as u8]);
+        out.extend_from_slice(key);
+        out.extend_from_slice(&[0x12, 0, 0x0a, 0]);
+        let string = out.len();
         q.write(out);
-        close(out, string, 1);
-        close(out, value, 1);
-        close(out, entry, 1);
+        let n = out.len() - string;
+        if let Some([_, entry]) = out.get_mut(start..start + 2) {
+            *entry = (key.len() + n + 6) as u8;
+        }
+        if let Some([value, _, len]) = out.get_mut(string - 3..string) {
+            *value = (n + 2) as u8;
+            *len = n as u8;
+        }
     }
 }
 

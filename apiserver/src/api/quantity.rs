@@ -46,22 +46,57 @@ pub fn write_memory_bytes(out: &mut Vec<u8>, bytes: u128) {
 
 /// CPU from a raw `u64` count of nanocores, as metrics-server's `uint64Quantity`.
 pub fn write_cpu(out: &mut Vec<u8>, nanocores: u64) {
+    // Up to `u64::MAX / 100` (below `i64::MAX`: no digit dropped) in u64 arithmetic.
+    if nanocores <= u64::MAX / 100 {
+        write_decimal_si_u64(out, nanocores, -9);
+        return;
+    }
     write_cpu_nanocores(out, go_uint64(nanocores));
 }
 
 /// Memory from a raw `u64` count of bytes, as metrics-server's `uint64Quantity`.
 pub fn write_memory(out: &mut Vec<u8>, bytes: u64) {
+    // At or above 1024 and up to `i64::MAX` (exact) in u64 arithmetic.
+    if (1024..=i64::MAX as u64).contains(&bytes) {
+        let (amount, power) = binary_si(bytes);
+        write_u64(out, amount);
+        out.extend_from_slice(BINARY_SUFFIXES[power].as_bytes());
+        return;
+    }
     write_memory_bytes(out, go_uint64(bytes));
+}
+
+/// `bytes` as `amount` x 1024^`power` with as many factors of 1024 taken out as a suffix
+/// names.
+#[inline]
+fn binary_si(bytes: u64) -> (u64, usize) {
+    let (mut amount, mut power) = (bytes, 0);
+    while amount.is_multiple_of(1024) && power < BINARY_SUFFIXES.len() - 1 {
+        amount >>= 10;
+        power += 1;
+    }
+    (amount, power)
 }
 
 /// The length of [`write_cpu`]'s output, without writing it (protobuf needs every length
 /// before the bytes).
 pub fn cpu_len(nanocores: u64) -> usize {
+    if nanocores == 0 {
+        return 1;
+    }
+    if nanocores <= u64::MAX / 100 {
+        let (amount, exponent) = canonical(nanocores, -9);
+        return digits_u64(amount) + decimal_suffix_len(exponent);
+    }
     decimal_si_len(go_uint64(nanocores), -9)
 }
 
 /// The length of [`write_memory`]'s output, without writing it.
 pub fn memory_len(bytes: u64) -> usize {
+    if (1024..=i64::MAX as u64).contains(&bytes) {
+        let (amount, power) = binary_si(bytes);
+        return digits_u64(amount) + BINARY_SUFFIXES[power].len();
+    }
     let bytes = go_uint64(bytes);
     if bytes < 1024 {
         return decimal_si_len(bytes, 0);
@@ -95,6 +130,12 @@ fn decimal_suffix_len(exponent: i32) -> usize {
     DECIMAL_SUFFIXES
         .get((exponent / 3 + 3) as usize)
         .map_or(0, |s| s.len())
+}
+
+/// Decimal digits in `v` (1 for 0).
+#[inline]
+fn digits_u64(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// Decimal digits in `v` (1 for 0).
