@@ -9,7 +9,7 @@
 //! Mirrors metrics-server's node informer and metadata-only pod informer with
 //! `fieldSelector=status.phase=Running` (`pkg/server/config.go`), without keeping objects.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -214,56 +214,23 @@ impl Interner {
     }
 }
 
-/// Pods by namespace, then by name: a namespace's pods are one map lookup away; and each
-/// namespace's pods by label ([`LabelIndex`]).
+/// One namespace's pods: by name, and by label ([`LabelIndex`]), kept together so the two
+/// cannot drift apart.
 #[derive(Debug, Default)]
-struct PodMap {
-    by_namespace: BTreeMap<Arc<str>, BTreeMap<Arc<str>, Arc<PodRecord>>>,
-    labels: HashMap<Arc<str>, LabelIndex>,
-    len: usize,
+struct Namespace {
+    by_name: BTreeMap<Arc<str>, Arc<PodRecord>>,
+    index: LabelIndex,
 }
 
-impl PodMap {
-    fn insert(&mut self, pod: Arc<PodRecord>) {
-        let index = self.labels.entry(pod.key.namespace.clone()).or_default();
-        let names = self
-            .by_namespace
-            .entry(pod.key.namespace.clone())
-            .or_default();
-        match names.insert(pod.key.name.clone(), pod.clone()) {
-            None => self.len += 1,
-            // The index points at records: the replaced one goes, under its own labels.
-            Some(old) => index.remove(&old),
-        }
-        index.add(&pod);
-    }
-
-    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
-        let names = self.by_namespace.get_mut(namespace)?;
-        let removed = names.remove(name)?;
-        if names.is_empty() {
-            self.by_namespace.remove(namespace);
-            self.labels.remove(namespace);
-        } else if let Some(index) = self.labels.get_mut(namespace) {
-            index.remove(&removed);
-        }
-        self.len -= 1;
-        Some(removed)
-    }
-
-    /// The pods of `namespace` that `selector` matches, by name: through the label index
-    /// when the selector requires one of some values of a label (the narrowest such
-    /// requirement), else by walking the namespace.
-    fn matching(&self, namespace: &str, selector: &LabelSelector, out: &mut Vec<Arc<PodRecord>>) {
-        let Some(names) = self.by_namespace.get(namespace) else {
-            return;
-        };
-        let narrowest = self.labels.get(namespace).and_then(|index| {
-            selector
-                .required_values()
-                .map(|(key, values)| index.candidates(key, values))
-                .min_by_key(|(count, _)| *count)
-        });
+impl Namespace {
+    /// The pods `selector` matches, by name: through the label index when the selector
+    /// requires one of some values of a label (the narrowest such requirement), else by
+    /// walking the namespace.
+    fn matching(&self, selector: &LabelSelector, out: &mut Vec<Arc<PodRecord>>) {
+        let narrowest = selector
+            .required_values()
+            .map(|(key, values)| self.index.candidates(key, values))
+            .min_by_key(|(count, _)| *count);
         match narrowest {
             Some((_, candidates)) => {
                 let start = out.len();
@@ -275,12 +242,46 @@ impl PodMap {
                 out[start..].sort_by(|a, b| a.key.name.cmp(&b.key.name));
             }
             None => out.extend(
-                names
+                self.by_name
                     .values()
                     .filter(|pod| selector.matches(&pod.labels))
                     .cloned(),
             ),
         }
+    }
+}
+
+/// Pods by namespace: a namespace's pods are one map lookup away.
+#[derive(Debug, Default)]
+struct PodMap {
+    by_namespace: BTreeMap<Arc<str>, Namespace>,
+    len: usize,
+}
+
+impl PodMap {
+    fn insert(&mut self, pod: Arc<PodRecord>) {
+        let ns = self
+            .by_namespace
+            .entry(pod.key.namespace.clone())
+            .or_default();
+        match ns.by_name.insert(pod.key.name.clone(), pod.clone()) {
+            None => self.len += 1,
+            // The index points at records: the replaced one goes, under its own labels.
+            Some(old) => ns.index.remove(&old),
+        }
+        ns.index.add(&pod);
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        let ns = self.by_namespace.get_mut(namespace)?;
+        let removed = ns.by_name.remove(name)?;
+        if ns.by_name.is_empty() {
+            self.by_namespace.remove(namespace);
+        } else {
+            ns.index.remove(&removed);
+        }
+        self.len -= 1;
+        Some(removed)
     }
 }
 
@@ -421,6 +422,7 @@ impl Inventory {
             .read()
             .by_namespace
             .get(namespace)?
+            .by_name
             .get(name)
             .cloned()
     }
@@ -432,12 +434,12 @@ impl Inventory {
             Some(namespace) => pods
                 .by_namespace
                 .get(namespace)
-                .map(|names| names.values().cloned().collect())
+                .map(|ns| ns.by_name.values().cloned().collect())
                 .unwrap_or_default(),
             None => {
                 let mut all = Vec::with_capacity(pods.len);
-                for names in pods.by_namespace.values() {
-                    all.extend(names.values().cloned());
+                for ns in pods.by_namespace.values() {
+                    all.extend(ns.by_name.values().cloned());
                 }
                 all
             }
@@ -459,10 +461,14 @@ impl Inventory {
         let pods = self.pods.read();
         let mut out = Vec::new();
         match namespace {
-            Some(namespace) => pods.matching(namespace, selector, &mut out),
+            Some(namespace) => {
+                if let Some(ns) = pods.by_namespace.get(namespace) {
+                    ns.matching(selector, &mut out);
+                }
+            }
             None => {
-                for namespace in pods.by_namespace.keys() {
-                    pods.matching(namespace, selector, &mut out);
+                for ns in pods.by_namespace.values() {
+                    ns.matching(selector, &mut out);
                 }
             }
         }
