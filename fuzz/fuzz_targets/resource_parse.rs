@@ -7,6 +7,8 @@
 
 #![no_main]
 
+mod common;
+
 use std::collections::HashSet;
 
 use libfuzzer_sys::fuzz_target;
@@ -52,22 +54,6 @@ fn check(scrape: &NodeScrape<'_>, default: i64) {
     }
 }
 
-/// The scrape with every default timestamp replaced by `to`.
-fn with_default(mut scrape: NodeScrape<'_>, from: i64, to: i64) -> NodeScrape<'_> {
-    let fix = |s: &mut Sample| {
-        if s.timestamp_ns == from {
-            s.timestamp_ns = to;
-        }
-    };
-    if let Some(node) = &mut scrape.node {
-        fix(node);
-    }
-    for c in &mut scrape.containers {
-        fix(&mut c.sample);
-    }
-    scrape
-}
-
 fuzz_target!(|data: &[u8]| {
     let a = parse(data, DEFAULT_A);
     let b = parse(data, DEFAULT_B);
@@ -75,7 +61,10 @@ fuzz_target!(|data: &[u8]| {
         (Ok(sa), Ok(sb)) => {
             check(sa, DEFAULT_A);
             check(sb, DEFAULT_B);
-            assert_eq!(&with_default(sa.clone(), DEFAULT_A, DEFAULT_B), sb);
+            assert_eq!(
+                &common::with_default_time(sa.clone(), DEFAULT_A, DEFAULT_B),
+                sb
+            );
         }
         (Err(ea), Err(eb)) => {
             assert_eq!(ea, eb);

@@ -9,10 +9,12 @@
 
 #![no_main]
 
+mod common;
+
 use apiserver::api::time::write_rfc3339;
 use libfuzzer_sys::fuzz_target;
 use scraper::kubelet::summary::{parse, rfc3339_ns};
-use scraper::point::{NodeScrape, Sample};
+use scraper::point::NodeScrape;
 
 /// Two request times; a body time equal to one of them is detected and skipped below.
 const REQUEST_A: i64 = 1_700_000_000_123_456_789;
@@ -28,21 +30,6 @@ fn check(scrape: &NodeScrape<'_>) {
         );
         assert_eq!(node.start_time_ns, None, "a node has no start time");
     }
-}
-
-fn with_request_time(mut scrape: NodeScrape<'_>, from: i64, to: i64) -> NodeScrape<'_> {
-    let fix = |s: &mut Sample| {
-        if s.timestamp_ns == from {
-            s.timestamp_ns = to;
-        }
-    };
-    if let Some(node) = &mut scrape.node {
-        fix(node);
-    }
-    for c in &mut scrape.containers {
-        fix(&mut c.sample);
-    }
-    scrape
 }
 
 /// parse -> write -> parse: the same second; a canonical string comes back unchanged.
@@ -90,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
             };
             let ambiguous = has(&sa, REQUEST_B) || has(&sb, REQUEST_A);
             if !ambiguous {
-                assert_eq!(with_request_time(sa, REQUEST_A, REQUEST_B), sb);
+                assert_eq!(common::with_default_time(sa, REQUEST_A, REQUEST_B), sb);
             }
         }
         (Err(ea), Err(eb)) => {
