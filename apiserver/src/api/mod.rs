@@ -42,13 +42,13 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use prometheus_client::registry::Registry;
-use scraper::inventory::{Inventory, NodeRecord, PodRecord};
+use scraper::inventory::{Inventory, NodeRecord, PodRecord, VISIT_BATCH};
 use scraper::point::{PodUsage, Usage};
 use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
+use smallvec::SmallVec;
 
 use self::accept::{Endpoint, Format, Target};
-use self::body::WARM_BATCH;
 use self::discovery::{AGGREGATED_CONTENT_TYPE, Discovery};
 use self::encode::{Ctx, Include, NodeItem, PodItem};
 use self::metrics::Freshness;
@@ -80,6 +80,18 @@ pub trait Source: Send + Sync + 'static {
         pods.retain(|pod| labels.matches(&pod.labels));
         pods
     }
+    /// Hands [`Source::pods_matching`]'s pods to `visit` in the same order, a few at a time
+    /// (a batch's memory can be loaded together), without copying the list first.
+    fn visit_pods(
+        &self,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
+    ) {
+        let pods = self.pods_matching(namespace, labels);
+        let refs: Vec<&Arc<PodRecord>> = pods.iter().collect();
+        refs.chunks(VISIT_BATCH).for_each(visit);
+    }
     /// A pod by namespace and name.
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>>;
     /// A node's servable usage at `now_ns`.
@@ -90,6 +102,18 @@ pub trait Source: Send + Sync + 'static {
     /// what lists read per pod. By default [`Source::pod_usage`] of its key.
     fn record_usage(&self, record: &PodRecord, now_ns: i64) -> Option<Arc<PodUsage>> {
         self.pod_usage(&record.key.namespace, &record.key.name, now_ns)
+    }
+    /// [`Source::record_usage`] of each of `records` into `out` (same length): a list reads
+    /// a batch at once, so the sources that can overlap the batch's memory reads do.
+    fn record_usages(
+        &self,
+        records: &[&PodRecord],
+        now_ns: i64,
+        out: &mut [Option<Arc<PodUsage>>],
+    ) {
+        for (record, out) in records.iter().zip(out) {
+            *out = self.record_usage(record, now_ns);
+        }
     }
     /// Whether [`Source::pods`] is sorted by namespace then name by construction, so a list
     /// need not check it.
@@ -127,6 +151,15 @@ impl Source for Live {
     ) -> Vec<Arc<PodRecord>> {
         self.inventory.pods_matching(namespace, labels)
     }
+    /// Under the inventory's read lock: each record is touched once, as it is selected.
+    fn visit_pods(
+        &self,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
+    ) {
+        self.inventory.visit_pods(namespace, labels, visit);
+    }
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
         self.inventory.pod(namespace, name)
     }
@@ -141,6 +174,17 @@ impl Source for Live {
         let key = &record.key;
         self.store
             .pod_linked(&record.usage, &key.namespace, &key.name, now_ns)
+    }
+    /// The batch's usage lines are loaded together ([`Store::pods_linked`]).
+    fn record_usages(
+        &self,
+        records: &[&PodRecord],
+        now_ns: i64,
+        out: &mut [Option<Arc<PodUsage>>],
+    ) {
+        let pods: SmallVec<[(&scraper::store::UsageLink, &scraper::point::PodKey); VISIT_BATCH]> =
+            records.iter().map(|r| (&r.usage, &r.key)).collect();
+        self.store.pods_linked(&pods, now_ns, out);
     }
     /// The inventory keeps pods in maps ordered by namespace, then name.
     fn pods_sorted(&self) -> bool {
@@ -469,45 +513,54 @@ impl<S: Source> Handler<S> {
     ) -> Vec<PodItem> {
         // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
         let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
-        let pods = self.source.pods_matching(namespace, &q.labels);
         let mut batch = self.freshness.batch();
-        let mut items = Vec::with_capacity(pods.len());
+        let mut items = Vec::new();
         // The source promises namespace/name order; unless it holds by construction, checked
         // on the way and restored if broken.
         let check = !self.source.pods_sorted();
         let mut sorted = true;
-        // Records move into the items (a reference count touched once per pod, while its
-        // line is in cache); the ones not selected are dropped on the way.
-        let mut pods = pods.into_iter();
-        let mut index = 0usize;
-        while let Some(record) = pods.next() {
-            // Every WARM_BATCH records, the next batch's records and slots are loaded at once
-            // (independent loads whose misses overlap), before the reads that take locks.
-            if index.is_multiple_of(WARM_BATCH) {
-                let ahead = pods.as_slice();
-                ahead
-                    .iter()
-                    .take(WARM_BATCH)
-                    .for_each(|r| self.source.warm(r));
-            }
-            index += 1;
-            let key = &record.key;
-            if check && let Some(next) = pods.as_slice().first() {
-                sorted &= *key <= next.key;
-            }
-            if namespace.is_some_and(|ns| *key.namespace != *ns)
-                || !q.labels.matches(&record.labels)
-                || !q.fields.matches(&key.name, &key.namespace)
-            {
-                continue;
-            }
-            if let Some(usage) = self.source.record_usage(&record, now_ns) {
-                batch.observe(now_ns, usage.timestamp_ns);
-                let item = PodItem { record, usage };
-                visit(&item);
-                items.push(item);
-            }
-        }
+        let mut last: Option<Arc<PodRecord>> = None;
+        self.source
+            .visit_pods(namespace, &q.labels, &mut |records: &[&Arc<
+                PodRecord,
+            >]| {
+                // A batch's records and slots are loaded at once (independent loads whose
+                // misses overlap), before the reads that take locks.
+                records.iter().for_each(|r| self.source.warm(r));
+                let mut selected: SmallVec<[&Arc<PodRecord>; VISIT_BATCH]> = SmallVec::new();
+                for &record in records {
+                    let key = &record.key;
+                    if check {
+                        sorted &= last.as_ref().is_none_or(|l| l.key <= *key);
+                        last = Some(Arc::clone(record));
+                    }
+                    if namespace.is_some_and(|ns| *key.namespace != *ns)
+                        || !q.labels.matches(&record.labels)
+                        || !q.fields.matches(&key.name, &key.namespace)
+                    {
+                        continue;
+                    }
+                    selected.push(record);
+                }
+                // The batch's usage is read together (its misses overlap), then each pod
+                // that has usage becomes an item.
+                let mut usages: SmallVec<[Option<Arc<PodUsage>>; VISIT_BATCH]> =
+                    smallvec::smallvec![None; selected.len()];
+                let refs: SmallVec<[&PodRecord; VISIT_BATCH]> =
+                    selected.iter().map(|r| &***r).collect();
+                self.source.record_usages(&refs, now_ns, &mut usages);
+                for (record, usage) in selected.into_iter().zip(usages) {
+                    if let Some(usage) = usage {
+                        batch.observe(now_ns, usage.timestamp_ns);
+                        let item = PodItem {
+                            record: Arc::clone(record),
+                            usage,
+                        };
+                        visit(&item);
+                        items.push(item);
+                    }
+                }
+            });
         if !sorted {
             items.sort_by(|a, b| a.record.key.cmp(&b.record.key));
         }

@@ -577,3 +577,42 @@ mod index_props {
         }
     }
 }
+
+/// `visit_pods` hands over what `pods`/`pods_matching` return, in the same order, in
+/// batches of at most VISIT_BATCH, across the points where it lets a writer in (a namespace
+/// larger than VISIT_YIELD_EVERY, and pauses that fall on a namespace's end).
+#[test]
+fn visiting_pods_sees_what_a_copy_sees_in_the_same_order() {
+    let inv = Inventory::new();
+    let mut records = Vec::new();
+    for (ns, count) in [
+        ("big", VISIT_YIELD_EVERY + 700),
+        ("a", 3),
+        ("mid", VISIT_YIELD_EVERY - 3),
+        ("z", 1),
+    ] {
+        for i in 0..count {
+            let app = if i % 3 == 0 { "web" } else { "db" };
+            records.push(pod(&inv, ns, &format!("p{i:05}"), &[("app", app)], "n"));
+        }
+    }
+    inv.replace_pods(records);
+    let web = LabelSelector::parse("app=web").unwrap();
+    for namespace in [None, Some("big"), Some("mid"), Some("a"), Some("none")] {
+        for selector in [LabelSelector::default(), web.clone()] {
+            let mut visited = Vec::new();
+            inv.visit_pods(namespace, &selector, |batch| {
+                assert!(!batch.is_empty() && batch.len() <= VISIT_BATCH);
+                visited.extend(batch.iter().map(|p| p.key.to_string()));
+            });
+            assert_eq!(
+                visited,
+                keys(&inv.pods_matching(namespace, &selector)),
+                "{namespace:?} {selector:?}"
+            );
+        }
+    }
+    let mut all = 0;
+    inv.visit_pods(None, &LabelSelector::default(), |batch| all += batch.len());
+    assert_eq!(all, 2 * VISIT_YIELD_EVERY + 701);
+}

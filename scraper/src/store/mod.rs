@@ -38,6 +38,9 @@ mod tests;
 
 pub use slot::{UsageLink, UsageSlot};
 
+/// How many pods [`Store::pods_linked`] reads together.
+pub const LINKED_BATCH: usize = 8;
+
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
@@ -439,6 +442,50 @@ impl Store {
             return None;
         }
         usage
+    }
+
+    /// [`Store::pod_linked`] for a batch of pods at once (`out[i]` for `pods[i]`; at most
+    /// [`LINKED_BATCH`] are read together, longer slices in turns).
+    ///
+    /// A list reads many pods whose memory is cold. One at a time, each read waits for its
+    /// usage's line behind the atomic reference-count update that clones it (a locked
+    /// instruction waits for every load before it), so the misses queue up. Here every
+    /// linked slot of the batch is locked first, every usage's line is loaded with a plain
+    /// read while the locks are held (the misses overlap), and only then are the usages
+    /// cloned. The batch only ever tries its locks (a slot being published right now is
+    /// read afterwards, the ordinary way), and they are released before a pod without a
+    /// live link is looked up: no wait while holding a slot lock, and no slot lock held
+    /// while a map shard is locked (the ingest path takes them the other way round).
+    pub fn pods_linked(
+        &self,
+        pods: &[(&UsageLink, &PodKey)],
+        now_ns: i64,
+        out: &mut [Option<Arc<PodUsage>>],
+    ) {
+        for (pods, out) in pods.chunks(LINKED_BATCH).zip(out.chunks_mut(LINKED_BATCH)) {
+            let mut read_alone = [false; LINKED_BATCH];
+            {
+                let slots: smallvec::SmallVec<[Option<slot::LiveSlot<'_>>; LINKED_BATCH]> = pods
+                    .iter()
+                    .map(|(link, _)| link.0.get().and_then(|s| s.try_lock_live(self.id)))
+                    .collect();
+                for usage in slots.iter().flatten().filter_map(|s| s.usage()) {
+                    std::hint::black_box(Arc::strong_count(usage));
+                }
+                for (i, slot) in slots.iter().enumerate() {
+                    match slot {
+                        Some(slot) if self.is_stale(slot.seen_ns(), now_ns) => out[i] = None,
+                        Some(slot) => out[i] = slot.usage().cloned(),
+                        None => read_alone[i] = true,
+                    }
+                }
+            }
+            for (i, (link, key)) in pods.iter().enumerate() {
+                if read_alone[i] {
+                    out[i] = self.pod_linked(link, &key.namespace, &key.name, now_ns);
+                }
+            }
+        }
     }
 
     /// Whether nodes and pods have servable data.

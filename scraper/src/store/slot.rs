@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::point::PodUsage;
 
@@ -85,6 +85,15 @@ impl UsageSlot {
         Linked::Live(state.usage.clone(), state.seen_ns)
     }
 
+    /// The slot locked, if it is `store`'s, its entry is still held and nobody else holds
+    /// the lock right now: what [`super::Store::pods_linked`] holds for a batch of pods at
+    /// once. It never waits, so holding several can never deadlock; a busy slot is read
+    /// the ordinary way after the batch's locks are released.
+    pub(super) fn try_lock_live(&self, store: u32) -> Option<LiveSlot<'_>> {
+        let state = self.state.try_lock()?;
+        (!state.retired && state.store == store).then_some(LiveSlot(state))
+    }
+
     /// The entry left the store.
     pub(super) fn retire(&self) {
         let old = {
@@ -93,6 +102,21 @@ impl UsageSlot {
             state.usage.take()
         };
         drop(old);
+    }
+}
+
+/// A live slot, locked: its usage can be read by reference while the lock is held.
+pub(super) struct LiveSlot<'a>(MutexGuard<'a, SlotState>);
+
+impl LiveSlot<'_> {
+    /// The usage, borrowed.
+    pub(super) fn usage(&self) -> Option<&Arc<PodUsage>> {
+        self.0.usage.as_ref()
+    }
+
+    /// When the pod was seen.
+    pub(super) fn seen_ns(&self) -> i64 {
+        self.0.seen_ns
     }
 }
 

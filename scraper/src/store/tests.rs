@@ -1399,3 +1399,63 @@ fn namespaces_and_container_names_are_shared_between_pods() {
     assert_eq!(keys.len(), 2);
     assert!(Arc::ptr_eq(&keys[0].namespace, &keys[1].namespace));
 }
+
+/// A batch read answers what a lookup answers for each pod, whatever its link: made before,
+/// made by the batch itself, retired (the pod left its node), or impossible (no such pod);
+/// and longer than one batch.
+#[test]
+fn a_batch_read_through_links_answers_what_lookups_answer() {
+    let store = store(60);
+    let n = name("node1");
+    let t = T0 + 120 * SECOND;
+    let pods: Vec<String> = (0..20).map(|i| format!("pod{i:02}")).collect();
+    let round = |ts: i64, cpu: u64, which: &[String]| {
+        let containers = which
+            .iter()
+            .map(|p| container(p, "c", sample(ts, T0, cpu, 4 * MIB)))
+            .collect();
+        store.ingest(&n, &scrape(None, containers), ts);
+    };
+    round(t, CORE_SECOND, &pods);
+    round(t + 5 * SECOND, 6 * CORE_SECOND, &pods);
+    let keys: Vec<PodKey> = pods
+        .iter()
+        .map(|p| PodKey::new("ns", p))
+        .chain([PodKey::new("ns", "unknown")])
+        .collect();
+    let links: Vec<UsageLink> = keys.iter().map(|_| UsageLink::new()).collect();
+    // Every other pod, and the one that leaves, linked before the batch.
+    for (link, key) in links
+        .iter()
+        .zip(&keys)
+        .take(20)
+        .step_by(2)
+        .chain([(&links[19], &keys[19])])
+    {
+        assert!(
+            store
+                .pod_linked(link, &key.namespace, &key.name, t + 5 * SECOND)
+                .is_some()
+        );
+    }
+    let t3 = t + 10 * SECOND;
+    round(t3, 11 * CORE_SECOND, &pods[..19]);
+
+    let batch: Vec<(&UsageLink, &PodKey)> = links.iter().zip(&keys).collect();
+    let mut out = vec![None; batch.len()];
+    store.pods_linked(&batch, t3, &mut out);
+    for (got, key) in out.iter().zip(&keys) {
+        assert_eq!(*got, store.pod(&key.namespace, &key.name, t3), "{key}");
+    }
+    assert!(out[..19].iter().all(Option::is_some), "{out:?}");
+    assert_eq!((&out[19], &out[20]), (&None, &None));
+    assert!(links[..19].iter().all(UsageLink::is_linked));
+    assert!(!links[20].is_linked(), "nothing to link an unknown pod to");
+    // Read again through the links the batch made: the same answers.
+    let mut again = vec![None; batch.len()];
+    store.pods_linked(&batch, t3, &mut again);
+    assert_eq!(again, out);
+    // Staleness applies as to a lookup.
+    store.pods_linked(&batch, t3 + 121 * SECOND, &mut out);
+    assert!(out.iter().all(Option::is_none));
+}
