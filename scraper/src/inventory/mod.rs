@@ -486,6 +486,9 @@ impl Inventory {
     /// while it reads it, instead of once more to copy it out. Every [`VISIT_YIELD_EVERY`]
     /// pods a waiting writer goes first (the walk then resumes after the last pod it
     /// visited), so a watch event waits for a few thousand pods, not for a whole list.
+    ///
+    /// `visit` runs under the read lock: it must not call back into this inventory (a
+    /// second read behind a waiting writer would wait forever).
     pub fn visit_pods(
         &self,
         namespace: Option<&str>,
