@@ -521,9 +521,7 @@ impl<S: Source> Handler<S> {
         let mut sorted = true;
         let mut last: Option<Arc<PodRecord>> = None;
         self.source
-            .visit_pods(namespace, &q.labels, &mut |records: &[&Arc<
-                PodRecord,
-            >]| {
+            .visit_pods(namespace, &q.labels, &mut |records| {
                 // A batch's records and slots are loaded at once (independent loads whose
                 // misses overlap), before the reads that take locks.
                 records.iter().for_each(|r| self.source.warm(r));
