@@ -493,7 +493,7 @@ fn repeat<S: Source>(
     iters: u32,
     level: Option<u32>,
 ) -> usize {
-    let mut cpu_ms = Vec::new();
+    let mut per_list = Vec::new();
     let total = (0..iters)
         .map(|_| {
             let (before, started) = (thread_cpu_ns(), std::time::Instant::now());
@@ -503,20 +503,20 @@ fn repeat<S: Source>(
             };
             let wall = started.elapsed().as_secs_f64() * 1e3;
             if let (Some(a), Some(b)) = (before, thread_cpu_ns()) {
-                cpu_ms.push(((b - a) as f64 / 1e6, wall));
+                per_list.push(((b - a) as f64 / 1e6, wall));
             }
             bytes
         })
         .sum();
-    if !cpu_ms.is_empty() {
-        let all = cpu_ms
+    if !per_list.is_empty() {
+        let all = per_list
             .iter()
             .map(|(cpu, wall)| format!("{cpu:.0}/{wall:.1}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let mut walls: Vec<f64> = cpu_ms.iter().map(|(_, wall)| *wall).collect();
+        let mut walls: Vec<f64> = per_list.iter().map(|(_, wall)| *wall).collect();
         walls.sort_by(f64::total_cmp);
-        let cpu: f64 = cpu_ms.iter().map(|(cpu, _)| cpu).sum::<f64>() / cpu_ms.len() as f64;
+        let cpu: f64 = per_list.iter().map(|(cpu, _)| cpu).sum::<f64>() / per_list.len() as f64;
         eprintln!(
             "per list: wall min {:.1} ms, median {:.1} ms; CPU mean {cpu:.1} ms (this thread); cpu/wall each: {all}",
             walls[0],
@@ -631,7 +631,9 @@ fn owned_prost_list(m: &Memory) -> Vec<u8> {
 }
 
 /// `ENCODE_ITERS=N` runs the 150,000-pod list N times without criterion, for `perf stat`
-/// (instructions and CPU time are steadier than wall time on a shared machine); as JSON, or
+/// (instructions and CPU time are steadier than wall time on a shared machine), and prints
+/// each list's wall time and this thread's CPU time (`/proc/thread-self/schedstat`, which
+/// some kernels count in scheduler ticks: wall is the finer figure on an idle core); as JSON, or
 /// as protobuf with `ENCODE_FORMAT=protobuf` (`ENCODE_FORMAT=prost-owned`: the owned-struct
 /// encoder); with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the
 /// fake, and with `ENCODE_GZIP=<level>` gzip-encoded at that level.

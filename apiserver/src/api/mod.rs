@@ -88,9 +88,7 @@ pub trait Source: Send + Sync + 'static {
         labels: &LabelSelector,
         visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
     ) {
-        let pods = self.pods_matching(namespace, labels);
-        let refs: Vec<&Arc<PodRecord>> = pods.iter().collect();
-        refs.chunks(VISIT_BATCH).for_each(visit);
+        scraper::inventory::in_batches(&self.pods_matching(namespace, labels), visit);
     }
     /// A pod by namespace and name.
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>>;

@@ -259,6 +259,13 @@ pub const VISIT_BATCH: usize = 8;
 /// How many pods [`Inventory::visit_pods`] reads between chances for a waiting writer.
 pub const VISIT_YIELD_EVERY: usize = 4096;
 
+/// Hands `pods` to `visit` [`VISIT_BATCH`] at a time: what [`Inventory::visit_pods`] does
+/// with a list it had to build (a selector's matches), for sources that build theirs.
+pub fn in_batches(pods: &[Arc<PodRecord>], visit: impl FnMut(&[&Arc<PodRecord>])) {
+    let refs: Vec<&Arc<PodRecord>> = pods.iter().collect();
+    refs.chunks(VISIT_BATCH).for_each(visit);
+}
+
 /// Pods by namespace: a namespace's pods are one map lookup away.
 #[derive(Debug, Default)]
 struct PodMap {
@@ -431,7 +438,8 @@ impl Inventory {
     }
 
     /// Replaces every pod at once (a relist) and marks the pod list as synced. Readers see
-    /// either the old set or the new one, never a mix. For a duplicated key the last wins.
+    /// either the old set or the new one, never a mix ([`Inventory::visit_pods`] sees the
+    /// new one from its next pause on). For a duplicated key the last wins.
     pub fn replace_pods(&self, pods: Vec<PodRecord>) {
         let mut new = PodMap::default();
         for pod in pods {
@@ -485,7 +493,10 @@ impl Inventory {
     /// lock, without copying the list first: a cluster-wide list touches each record once,
     /// while it reads it, instead of once more to copy it out. Every [`VISIT_YIELD_EVERY`]
     /// pods a waiting writer goes first (the walk then resumes after the last pod it
-    /// visited), so a watch event waits for a few thousand pods, not for a whole list.
+    /// visited), so a watch event waits for a few thousand pods, not for a whole list. So a
+    /// visit is not one snapshot: a relist or watch event that gets in at such a pause shows
+    /// in the pods after it (the order stays sorted and no pod is visited twice), as it
+    /// would in a list served a moment later.
     ///
     /// `visit` runs under the read lock: it must not call back into this inventory (a
     /// second read behind a waiting writer would wait forever).
@@ -496,9 +507,7 @@ impl Inventory {
         mut visit: impl FnMut(&[&Arc<PodRecord>]),
     ) {
         if !selector.is_empty() {
-            let matching = self.pods_matching(namespace, selector);
-            let refs: Vec<&Arc<PodRecord>> = matching.iter().collect();
-            refs.chunks(VISIT_BATCH).for_each(visit);
+            in_batches(&self.pods_matching(namespace, selector), visit);
             return;
         }
         let mut pods = self.pods.read();

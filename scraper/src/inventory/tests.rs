@@ -616,3 +616,44 @@ fn visiting_pods_sees_what_a_copy_sees_in_the_same_order() {
     inv.visit_pods(None, &LabelSelector::default(), |batch| all += batch.len());
     assert_eq!(all, 2 * VISIT_YIELD_EVERY + 701);
 }
+
+/// A writer that waits during a long visit gets in at the visit's next pause, not after the
+/// whole visit: the pod it adds (sorted after the pause) is visited, and the visit saw the
+/// writer finish while it was still running.
+#[test]
+fn a_waiting_writer_gets_in_while_a_long_visit_runs() {
+    let inv = Arc::new(Inventory::new());
+    let records = (0..3 * VISIT_YIELD_EVERY)
+        .map(|i| pod(&inv, "a", &format!("p{i:05}"), &[], "n"))
+        .collect();
+    inv.replace_pods(records);
+    let late = pod(&inv, "zz", "late", &[], "n");
+    let written = Arc::new(AtomicBool::new(false));
+    let mut writer = None;
+    let mut seen_written = false;
+    let mut visited = Vec::new();
+    inv.visit_pods(None, &LabelSelector::default(), |batch| {
+        if writer.is_none() {
+            let (target, late, written) = (inv.clone(), late.clone(), written.clone());
+            writer = Some(std::thread::spawn(move || {
+                target.upsert_pod(late);
+                written.store(true, Ordering::SeqCst);
+            }));
+            // Wait (under the visit's read lock) until the writer is queued: a reader cannot
+            // get in beside a waiting writer.
+            let mut spins = 0u64;
+            while let Some(guard) = inv.pods.try_read() {
+                drop(guard);
+                spins += 1;
+                assert!(spins < 1 << 32, "the writer never queued");
+                std::thread::yield_now();
+            }
+        }
+        seen_written |= written.load(Ordering::SeqCst);
+        visited.extend(batch.iter().map(|p| p.key.to_string()));
+    });
+    assert!(writer.is_some_and(|w| w.join().is_ok()));
+    assert!(seen_written, "the writer only got in after the visit");
+    assert_eq!(visited.len(), 3 * VISIT_YIELD_EVERY + 1);
+    assert_eq!(visited.last().map(String::as_str), Some("zz/late"));
+}

@@ -444,8 +444,9 @@ impl Store {
         usage
     }
 
-    /// [`Store::pod_linked`] for a batch of pods at once (`out[i]` for `pods[i]`; at most
-    /// [`LINKED_BATCH`] are read together, longer slices in turns).
+    /// [`Store::pod_linked`] for a batch of pods at once: `out[i]` for `pods[i]` (the two
+    /// slices are walked together; extra entries of the longer one are left alone), at most
+    /// [`LINKED_BATCH`] read together, longer slices in turns.
     ///
     /// A list reads many pods whose memory is cold. One at a time, each read waits for its
     /// usage's line behind the atomic reference-count update that clones it (a locked
@@ -472,18 +473,21 @@ impl Store {
                 for usage in slots.iter().flatten().filter_map(|s| s.usage()) {
                     std::hint::black_box(Arc::strong_count(usage));
                 }
-                for (i, slot) in slots.iter().enumerate() {
+                for ((slot, out), alone) in slots.iter().zip(out.iter_mut()).zip(&mut read_alone) {
                     match slot {
-                        Some(slot) if self.is_stale(slot.seen_ns(), now_ns) => out[i] = None,
-                        Some(slot) => out[i] = slot.usage().cloned(),
-                        None => read_alone[i] = true,
+                        Some(slot) if self.is_stale(slot.seen_ns(), now_ns) => *out = None,
+                        Some(slot) => *out = slot.usage().cloned(),
+                        None => *alone = true,
                     }
                 }
             }
-            for (i, (link, key)) in pods.iter().enumerate() {
-                if read_alone[i] {
-                    out[i] = self.pod_linked(link, &key.namespace, &key.name, now_ns);
-                }
+            for (((link, key), out), _) in pods
+                .iter()
+                .zip(out.iter_mut())
+                .zip(read_alone)
+                .filter(|(_, alone)| *alone)
+            {
+                *out = self.pod_linked(link, &key.namespace, &key.name, now_ns);
             }
         }
     }

@@ -1455,6 +1455,14 @@ fn a_batch_read_through_links_answers_what_lookups_answer() {
     let mut again = vec![None; batch.len()];
     store.pods_linked(&batch, t3, &mut again);
     assert_eq!(again, out);
+    // Slices of different lengths: the shorter decides, nothing panics.
+    let mut short = vec![None; 3];
+    store.pods_linked(&batch, t3, &mut short);
+    assert_eq!(short[..], out[..3]);
+    let mut long = vec![None; batch.len() + 2];
+    store.pods_linked(&batch[..2], t3, &mut long);
+    assert_eq!(long[..2], out[..2]);
+    assert!(long[2..].iter().all(Option::is_none));
     // Staleness applies as to a lookup.
     store.pods_linked(&batch, t3 + 121 * SECOND, &mut out);
     assert!(out.iter().all(Option::is_none));
