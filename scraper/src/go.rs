@@ -112,7 +112,13 @@ pub fn write_go_duration(out: &mut Vec<u8>, ns: i64) {
 }
 
 /// Go's `fmtFrac`: the fraction of `v / 10^prec` without trailing zeros, into `buf[..w]`.
-fn fmt_frac(buf: &mut [u8; 32], mut w: usize, mut v: u64, prec: usize) -> (usize, u64) {
+/// Trailing zeros are dropped three at a time first, and a whole number takes no digit loop
+/// (a list writes one window per item).
+fn fmt_frac(buf: &mut [u8; 32], mut w: usize, mut v: u64, mut prec: usize) -> (usize, u64) {
+    while prec >= 3 && v.is_multiple_of(1000) {
+        v /= 1000;
+        prec -= 3;
+    }
     let mut print = false;
     for _ in 0..prec {
         let digit = v % 10;
@@ -182,6 +188,18 @@ mod tests {
             (15_012 * ms, "15.012s"),
             (20_034 * ms, "20.034s"),
             (17_913 * ms, "17.913s"),
+            // Every count of trailing zeros in the fraction.
+            (1_200 * ms, "1.2s"),
+            (1_230 * ms, "1.23s"),
+            (s + 1_000_000, "1.001s"),
+            (s + 100_000, "1.0001s"),
+            (s + 10_000, "1.00001s"),
+            (s + 1_000, "1.000001s"),
+            (s + 100, "1.0000001s"),
+            (s + 10, "1.00000001s"),
+            (1_000_100, "1.0001ms"),
+            (1_010_000, "1.01ms"),
+            (15 * s + 1_000_000_001 - s, "15.000000001s"),
             (60 * s, "1m0s"),
             (61 * s + 1, "1m1.000000001s"),
             (3600 * s, "1h0m0s"),

@@ -11,7 +11,7 @@ use super::json::write_str;
 use super::quantity::{
     go_uint64, write_cpu, write_cpu_nanocores, write_memory, write_memory_bytes,
 };
-use super::time::{write_go_duration, write_rfc3339};
+use super::time::{rfc3339, write_go_duration};
 
 /// A node that has usage, ready to encode.
 #[derive(Clone, Debug)]
@@ -55,13 +55,17 @@ pub enum Include {
     Object,
 }
 
+const CREATION_KEY: &[u8] = b",\"creationTimestamp\":\"";
+const CREATION_LEN: usize = CREATION_KEY.len() + 21;
+
 /// Per-response constants.
 #[derive(Clone, Debug)]
 pub struct Ctx {
     /// `metrics.k8s.io/v1` or `metrics.k8s.io/v1beta1`.
     pub api_version: &'static str,
-    /// `"<RFC 3339>"` of the response time, quotes included (`creationTimestamp`).
-    pub creation: Vec<u8>,
+    /// `,"creationTimestamp":"<RFC 3339>"` of the response time: what every object's
+    /// metadata carries between its namespace and its labels.
+    pub creation: [u8; CREATION_LEN],
     /// The response time in Unix nanoseconds (protobuf `creationTimestamp`).
     pub creation_ns: i64,
     /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`: Table and PartialObjectMetadata version.
@@ -76,10 +80,12 @@ pub struct Ctx {
 impl Ctx {
     /// Constants for a response at `now_ns`.
     pub fn new(api_version: &'static str, now_ns: i64) -> Self {
-        let mut creation = Vec::with_capacity(22);
-        creation.push(b'"');
-        write_rfc3339(&mut creation, now_ns);
-        creation.push(b'"');
+        let mut creation = [0u8; CREATION_LEN];
+        let (key, rest) = creation.split_at_mut(CREATION_KEY.len());
+        key.copy_from_slice(CREATION_KEY);
+        let (time, quote) = rest.split_at_mut(20);
+        time.copy_from_slice(&rfc3339(now_ns));
+        quote.copy_from_slice(b"\"");
         Ctx {
             api_version,
             creation,
@@ -106,7 +112,6 @@ pub fn write_meta(
         out.extend_from_slice(b",\"namespace\":");
         write_str(out, ns);
     }
-    out.extend_from_slice(b",\"creationTimestamp\":");
     out.extend_from_slice(&ctx.creation);
     if !labels.is_empty() {
         out.extend_from_slice(b",\"labels\":{");
@@ -123,10 +128,17 @@ pub fn write_meta(
     out.push(b'}');
 }
 
+/// `,"timestamp":"…","window":"…"`; the part up to the window's value is one append.
 fn write_time_window(out: &mut Vec<u8>, timestamp_ns: i64, window_ns: i64) {
-    out.extend_from_slice(b",\"timestamp\":\"");
-    write_rfc3339(out, timestamp_ns);
-    out.extend_from_slice(b"\",\"window\":\"");
+    const KEY: &[u8] = b",\"timestamp\":\"";
+    const NEXT: &[u8] = b"\",\"window\":\"";
+    let mut head = [0u8; KEY.len() + 20 + NEXT.len()];
+    let (key, rest) = head.split_at_mut(KEY.len());
+    key.copy_from_slice(KEY);
+    let (time, next) = rest.split_at_mut(20);
+    time.copy_from_slice(&rfc3339(timestamp_ns));
+    next.copy_from_slice(NEXT);
+    out.extend_from_slice(&head);
     write_go_duration(out, window_ns);
     out.push(b'"');
 }

@@ -34,27 +34,43 @@ fn word_needs_care(w: u64) -> bool {
     (below_space | (w & HI) | eq(b'"') | eq(b'\\') | eq(b'<') | eq(b'>') | eq(b'&')) != 0
 }
 
-/// Writes `s` as a quoted JSON string, byte-identical to Go's `json.Marshal`.
-pub fn write_str(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    // Skip 8 bytes at a time while nothing needs a look; the tail is padded with a plain
-    // byte. A clean string is copied in one go.
-    let mut i = 0;
-    while i < bytes.len() {
-        let mut word = [b'a'; 8];
-        let n = (bytes.len() - i).min(8);
-        word[..n].copy_from_slice(&bytes[i..i + n]);
-        if word_needs_care(u64::from_le_bytes(word)) {
-            break;
-        }
-        i += n;
+/// Whether none of `bytes` needs escaping (nor a look: non-ASCII is checked one byte at a
+/// time by [`write_escaped`]). Eight bytes at a time straight from the slice, the last word
+/// overlapping the one before it; strings shorter than a word byte by byte.
+#[inline]
+fn is_plain(bytes: &[u8]) -> bool {
+    let word = |chunk: &[u8]| {
+        <[u8; 8]>::try_from(chunk).map_or(true, |w| word_needs_care(u64::from_le_bytes(w)))
+    };
+    if bytes.len() < 8 {
+        return !bytes.iter().any(|&b| ESCAPE[b as usize]);
     }
-    if i == bytes.len() {
+    let mut chunks = bytes.chunks_exact(8);
+    if chunks.by_ref().any(word) {
+        return false;
+    }
+    chunks.remainder().is_empty() || !word(&bytes[bytes.len() - 8..])
+}
+
+/// Writes `s` as a quoted JSON string, byte-identical to Go's `json.Marshal`.
+#[inline]
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    if is_plain(bytes) {
+        out.reserve(bytes.len() + 2);
+        out.push(b'"');
         out.extend_from_slice(bytes);
         out.push(b'"');
         return;
     }
+    write_escaped(out, bytes);
+}
+
+/// [`write_str`] of a string that may need escapes.
+#[cold]
+fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(b'"');
+    let mut i = 0;
     let mut start = 0;
     while i < bytes.len() {
         let b = bytes[i];
@@ -144,13 +160,18 @@ mod tests {
         // Other non-ASCII (including other E2 sequences) is written raw.
         assert_eq!(s("µs – é"), "\"µs – é\"");
         assert_eq!(s(""), "\"\"");
-        // Escapes found at every position of the 8-byte fast path.
-        for special in ['"', '\\', '<', '>', '&', '\n', '\u{1}', '\u{2028}'] {
-            for pos in 0..20 {
-                let mut input = "abcdefghijklmnopqrst".to_owned();
-                input.insert(pos, special);
-                let want = serde_like(&input);
-                assert_eq!(s(&input), want, "{input:?}");
+        // Escapes found at every position of strings of every length around the 8-byte
+        // words of the fast path (shorter than a word, whole words, an overlapping tail).
+        let plain = "abcdefghijklmnopqrstuvwx";
+        for len in 0..=plain.len() {
+            assert_eq!(s(&plain[..len]), serde_like(&plain[..len]));
+            for special in ['"', '\\', '<', '>', '&', '\n', '\u{1}', '\u{2028}', 'é'] {
+                for pos in 0..=len {
+                    let mut input = plain[..len].to_owned();
+                    input.insert(pos, special);
+                    let want = serde_like(&input);
+                    assert_eq!(s(&input), want, "{input:?}");
+                }
             }
         }
     }

@@ -36,7 +36,7 @@ use scraper::inventory::Labels;
 use scraper::point::ContainerUsage;
 
 use super::encode::{Ctx, NodeItem, PodItem};
-use super::quantity::{cpu_len, memory_len, write_cpu, write_memory};
+use super::quantity::{append_prefix, cpu_len, memory_len, write_cpu, write_memory};
 
 /// The four bytes every protobuf body starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -77,8 +77,25 @@ fn put_uvarint(out: &mut Vec<u8>, value: u64) {
     if value < 0x80 {
         out.push(value as u8);
     } else {
-        encode_varint(value, out);
+        let mut buf = [0u8; 10];
+        let n = varint_into(&mut buf, value);
+        append_prefix(out, &buf, n);
     }
+}
+
+/// `value` as a varint at the front of `buf`; returns its length (at most 10).
+#[inline]
+fn varint_into(buf: &mut [u8], mut value: u64) -> usize {
+    let mut n = 0;
+    while value >= 0x80 && n + 1 < buf.len() {
+        buf[n] = value as u8 | 0x80;
+        value >>= 7;
+        n += 1;
+    }
+    if let Some(last) = buf.get_mut(n) {
+        *last = value as u8;
+    }
+    n + 1
 }
 
 /// Key and length of a length-delimited field; the caller writes `body` bytes next.
@@ -166,12 +183,16 @@ fn time_len(unix_ns: i64) -> usize {
     varint_field_len(1, unix_ns.div_euclid(NS_PER_S) as u64) + varint_field_len(2, 0)
 }
 
+/// Field `tag` with a `Time`: key, length (one byte: the body is at most 1 + 10 + 2), then
+/// `seconds = 1` and `nanos = 2` zero, written into a scratch and appended at once.
 fn put_time(out: &mut Vec<u8>, tag: u32, unix_ns: i64) {
-    // At most 1 + 10 + 2 bytes: the length is one byte.
-    out.push((tag << 3 | 2) as u8);
-    out.push(time_len(unix_ns) as u8);
-    put_varint(out, 1, unix_ns.div_euclid(NS_PER_S) as u64);
-    put_varint(out, 2, 0);
+    let mut buf = [0u8; 16];
+    buf[0] = (tag << 3 | 2) as u8;
+    buf[2] = 0x08;
+    let n = varint_into(&mut buf[3..13], unix_ns.div_euclid(NS_PER_S) as u64);
+    buf[3 + n] = 0x10;
+    buf[1] = (n + 3) as u8;
+    append_prefix(out, &buf, n + 5);
 }
 
 /// `metav1.Duration {duration = 1}` in nanoseconds.
@@ -179,10 +200,14 @@ fn duration_len(ns: i64) -> usize {
     varint_field_len(1, ns as u64)
 }
 
+/// Field `tag` with a `Duration` (`duration = 1`), appended at once like [`put_time`].
 fn put_duration(out: &mut Vec<u8>, tag: u32, ns: i64) {
-    out.push((tag << 3 | 2) as u8);
-    out.push(duration_len(ns) as u8);
-    put_varint(out, 1, ns as u64);
+    let mut buf = [0u8; 16];
+    buf[0] = (tag << 3 | 2) as u8;
+    buf[2] = 0x08;
+    let n = varint_into(&mut buf[3..13], ns as u64);
+    buf[1] = (n + 1) as u8;
+    append_prefix(out, &buf, n + 3);
 }
 
 /// One resource of a `ResourceList`.

@@ -5,7 +5,7 @@
 //! at scale -9 in DecimalSI, memory as bytes at scale 0 in BinarySI. Values above
 //! `i64::MAX` lose their last decimal digit (`NewScaledQuantity(val/10, scale+1)`).
 
-use std::ops::{DivAssign, MulAssign, Rem};
+use std::ops::{DivAssign, Mul, MulAssign, Rem};
 
 /// Decimal SI suffixes by exponent / 3, from 10^-9 (`n`) to 10^18 (`E`).
 const DECIMAL_SUFFIXES: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
@@ -59,8 +59,13 @@ pub fn write_memory(out: &mut Vec<u8>, bytes: u64) {
     // At or above 1024 and up to `i64::MAX` (exact) in u64 arithmetic.
     if (1024..=i64::MAX as u64).contains(&bytes) {
         let (amount, power) = binary_si(bytes);
-        write_u64(out, amount);
-        out.extend_from_slice(BINARY_SUFFIXES[power].as_bytes());
+        let mut buf = [0u8; SHORT];
+        let mut n = digits_into(&mut buf, amount);
+        for &b in BINARY_SUFFIXES[power].as_bytes() {
+            buf[n] = b;
+            n += 1;
+        }
+        append_prefix(out, &buf, n);
         return;
     }
     write_memory_bytes(out, go_uint64(bytes));
@@ -178,9 +183,17 @@ fn write_decimal_si_u64(out: &mut Vec<u8>, mantissa: u64, scale: i32) {
         return;
     }
     let (amount, exponent) = canonical(mantissa, scale);
-    write_u64(out, amount);
-    // Exponents stay within -9..=18 for these inputs.
-    push_decimal_suffix(out, exponent);
+    let mut buf = [0u8; SHORT];
+    let mut n = digits_into(&mut buf, amount);
+    // Exponents stay within -9..=18 for these inputs; every suffix is one byte or none.
+    if let Some(&[suffix]) = DECIMAL_SUFFIXES
+        .get((exponent / 3 + 3) as usize)
+        .map(|s| s.as_bytes())
+    {
+        buf[n] = suffix;
+        n += 1;
+    }
+    append_prefix(out, &buf, n);
 }
 
 /// A non-zero `amount` x 10^`exponent` with the factors of ten stripped into the exponent,
@@ -188,9 +201,15 @@ fn write_decimal_si_u64(out: &mut Vec<u8>, mantissa: u64, scale: i32) {
 /// a x100).
 fn canonical<T>(mut amount: T, mut exponent: i32) -> (T, i32)
 where
-    T: Copy + PartialEq + From<u8> + Rem<Output = T> + DivAssign + MulAssign,
+    T: Copy + PartialEq + From<u8> + Rem<Output = T> + DivAssign + MulAssign + Mul<Output = T>,
 {
-    let (zero, ten) = (T::from(0), T::from(10));
+    let (zero, ten, thousand) = (T::from(0), T::from(10), T::from(100) * T::from(10));
+    // Three zeros at a time first: round values (`250m`, `2`) take a third
+    // of the divisions, and the result is the same.
+    while amount % thousand == zero {
+        amount /= thousand;
+        exponent += 3;
+    }
     while amount % ten == zero {
         amount /= ten;
         exponent += 1;
@@ -243,25 +262,46 @@ const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
 
-/// Decimal digits of `v`, two at a time.
-pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
+/// The scratch of one short string: 20 digits of a `u64` and a suffix of up to 2 bytes.
+const SHORT: usize = 24;
+
+/// Appends `buf[..len]` as a copy of the whole fixed-size `buf` cut back to `len`: a few
+/// register moves where a copy of a length known only at run time is a call to `memcpy`,
+/// which lists made a dozen times per item.
+#[inline(always)]
+pub fn append_prefix<const N: usize>(out: &mut Vec<u8>, buf: &[u8; N], len: usize) {
+    let end = out.len() + len.min(N);
+    out.extend_from_slice(buf);
+    out.truncate(end);
+}
+
+/// The decimal digits of `v` at the front of `buf`, two at a time; returns how many.
+#[inline]
+fn digits_into(buf: &mut [u8; SHORT], mut v: u64) -> usize {
+    let n = digits_u64(v);
+    let mut i = n;
     while v >= 100 {
         let pair = (v % 100) as usize * 2;
         v /= 100;
         i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        buf[i] = DIGIT_PAIRS[pair];
+        buf[i + 1] = DIGIT_PAIRS[pair + 1];
     }
     if v >= 10 {
         let pair = v as usize * 2;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        buf[0] = DIGIT_PAIRS[pair];
+        buf[1] = DIGIT_PAIRS[pair + 1];
     } else {
-        i -= 1;
-        buf[i] = b'0' + v as u8;
+        buf[0] = b'0' + v as u8;
     }
-    out.extend_from_slice(&buf[i..]);
+    n
+}
+
+/// Decimal digits of `v`.
+pub fn write_u64(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; SHORT];
+    let n = digits_into(&mut buf, v);
+    append_prefix(out, &buf, n);
 }
 
 #[cfg(test)]

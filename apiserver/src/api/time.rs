@@ -57,8 +57,7 @@ impl Civil {
 }
 
 fn push2(out: &mut Vec<u8>, v: u32) {
-    out.push(b'0' + (v / 10 % 10) as u8);
-    out.push(b'0' + (v % 10) as u8);
+    out.extend_from_slice(&digits2(v));
 }
 
 /// Four digits of `year`; i64 nanoseconds span the years 1677..=2262, so this is exact.
@@ -77,17 +76,27 @@ fn push_clock(out: &mut Vec<u8>, c: &Civil) {
     push2(out, c.second);
 }
 
-/// Writes `2006-01-02T15:04:05Z` (no quotes) for a Unix time in nanoseconds.
-pub fn write_rfc3339(out: &mut Vec<u8>, unix_ns: i64) {
+/// Two ASCII digits of `v % 100`.
+#[inline]
+fn digits2(v: u32) -> [u8; 2] {
+    [b'0' + (v / 10 % 10) as u8, b'0' + (v % 10) as u8]
+}
+
+/// `2006-01-02T15:04:05Z` of a Unix time in nanoseconds, as bytes.
+#[inline]
+pub fn rfc3339(unix_ns: i64) -> [u8; 20] {
     let c = Civil::from_unix_ns(unix_ns);
-    push_year(out, c.year);
-    out.push(b'-');
-    push2(out, c.month);
-    out.push(b'-');
-    push2(out, c.day);
-    out.push(b'T');
-    push_clock(out, &c);
-    out.push(b'Z');
+    let y = c.year.clamp(0, 9999) as u32;
+    let [y0, y1] = digits2(y / 100);
+    let [y2, y3] = digits2(y % 100);
+    let [m0, m1] = digits2(c.month);
+    let [d0, d1] = digits2(c.day);
+    let [h0, h1] = digits2(c.hour);
+    let [i0, i1] = digits2(c.minute);
+    let [s0, s1] = digits2(c.second);
+    [
+        y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1, b'T', h0, h1, b':', i0, i1, b':', s0, s1, b'Z',
+    ]
 }
 
 /// Writes Go's `time.RFC1123` (`Mon, 02 Jan 2006 15:04:05 UTC`) for a UTC Unix time.
@@ -115,9 +124,7 @@ mod tests {
     use super::*;
 
     fn rfc(ns: i64) -> String {
-        let mut out = Vec::new();
-        write_rfc3339(&mut out, ns);
-        String::from_utf8(out).unwrap()
+        String::from_utf8(rfc3339(ns).to_vec()).unwrap()
     }
 
     #[test]

@@ -208,9 +208,8 @@ pub fn envelope(body: &[u8]) -> (String, String, Vec<u8>) {
 fn rfc3339(t: &Option<Time>) -> Value {
     let t = t.clone().expect("time");
     assert_eq!(t.nanos, Some(0), "nanos");
-    let mut out = Vec::new();
-    apiserver::api::time::write_rfc3339(&mut out, t.seconds.expect("seconds") * 1_000_000_000);
-    Value::String(String::from_utf8(out).expect("utf-8"))
+    let time = apiserver::api::time::rfc3339(t.seconds.expect("seconds") * 1_000_000_000);
+    Value::String(String::from_utf8(time.to_vec()).expect("utf-8"))
 }
 
 fn duration(d: &Option<Duration>) -> Value {
