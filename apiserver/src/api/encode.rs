@@ -193,22 +193,27 @@ pub fn write_node(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem, type_meta: bool
 
 /// A PodMetrics object; `type_meta` adds kind/apiVersion (single objects, not list items).
 pub fn write_pod(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem, type_meta: bool) {
+    write_pod_of(out, ctx, &item.record, &item.usage, type_meta);
+}
+
+/// [`write_pod`] of a pod's record and usage, borrowed (a streamed list holds no items).
+pub fn write_pod_of(
+    out: &mut Vec<u8>,
+    ctx: &Ctx,
+    record: &PodRecord,
+    usage: &PodUsage,
+    type_meta: bool,
+) {
     out.push(b'{');
     if type_meta {
         write_type_meta(out, "PodMetrics", ctx.api_version);
     }
     out.extend_from_slice(b"\"metadata\":");
-    let key = &item.record.key;
-    write_meta(
-        out,
-        ctx,
-        &key.name,
-        Some(&key.namespace),
-        &item.record.labels,
-    );
-    write_time_window(out, item.usage.timestamp_ns, item.usage.window_ns);
+    let key = &record.key;
+    write_meta(out, ctx, &key.name, Some(&key.namespace), &record.labels);
+    write_time_window(out, usage.timestamp_ns, usage.window_ns);
     out.extend_from_slice(b",\"containers\":[");
-    for (i, c) in item.usage.containers.iter().enumerate() {
+    for (i, c) in usage.containers.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }

@@ -9,7 +9,8 @@
 //! - [`query`] decodes the query string decoding as Go's `url.ParseQuery`.
 //! - [`encode`], [`json`], [`quantity`], [`time`] are the hand-written JSON writers.
 //! - [`proto`] writes the same objects in Kubernetes protobuf.
-//! - [`body`] streams list bodies; `respond` shapes an answer in the negotiated form.
+//! - [`body`] streams list bodies; `respond` shapes an answer in the negotiated form;
+//!   `stream` writes a JSON pod list as it walks the inventory, a frame at a time.
 //! - [`discovery`], [`openapi`] hold the documents built once at startup.
 //! - [`metrics`] holds `metrics_server_api_metric_freshness_seconds`.
 
@@ -25,6 +26,7 @@ pub mod quantity;
 pub mod query;
 mod respond;
 pub mod routes;
+mod stream;
 pub mod time;
 
 #[cfg(test)]
@@ -43,7 +45,7 @@ use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use prometheus_client::registry::Registry;
 use scraper::inventory::{Inventory, NodeRecord, PodRecord, VISIT_BATCH};
-use scraper::point::{PodUsage, Usage};
+use scraper::point::{PodKey, PodUsage, Usage};
 use scraper::selector::{Field, FieldSelector, LabelSelector};
 use scraper::store::Store;
 use smallvec::SmallVec;
@@ -89,6 +91,30 @@ pub trait Source: Send + Sync + 'static {
         visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
     ) {
         scraper::inventory::in_batches(&self.pods_matching(namespace, labels), visit);
+    }
+    /// Up to `max` of [`Source::pods`]'s pods that come after `after` in namespace-then-name
+    /// order (from the first when `None`), handed to `visit` a few at a time; returns the
+    /// last key visited when it stopped at `max` (the next call resumes after it), `None`
+    /// when no pod is left. A streamed list reads a frame's worth per call. By default from
+    /// a sorted copy of [`Source::pods`] per call (enough for small fakes).
+    fn visit_pods_after(
+        &self,
+        namespace: Option<&str>,
+        after: Option<&PodKey>,
+        max: usize,
+        visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
+    ) -> Option<PodKey> {
+        let mut pods = self.pods(namespace);
+        if !self.pods_sorted() {
+            pods.sort_by(|a, b| a.key.cmp(&b.key));
+        }
+        let start = after.map_or(0, |a| pods.partition_point(|p| p.key <= *a));
+        let end = start.saturating_add(max.max(1)).min(pods.len());
+        scraper::inventory::in_batches(&pods[start..end], visit);
+        match end.checked_sub(1) {
+            Some(last) if end < pods.len() => pods.get(last).map(|p| p.key.clone()),
+            _ => None,
+        }
     }
     /// A pod by namespace and name.
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>>;
@@ -157,6 +183,17 @@ impl Source for Live {
         visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
     ) {
         self.inventory.visit_pods(namespace, labels, visit);
+    }
+    /// Under the inventory's read lock for `max` pods at a time.
+    fn visit_pods_after(
+        &self,
+        namespace: Option<&str>,
+        after: Option<&PodKey>,
+        max: usize,
+        visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
+    ) -> Option<PodKey> {
+        self.inventory
+            .visit_pods_after(namespace, after, max, visit)
     }
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
         self.inventory.pod(namespace, name)
@@ -236,7 +273,8 @@ impl Api {
 
 /// The API over any [`Source`].
 pub struct Handler<S> {
-    source: S,
+    /// Shared with the list bodies that stream from it.
+    source: Arc<S>,
     node_selector: LabelSelector,
     freshness: Arc<Freshness>,
     discovery: Arc<Discovery>,
@@ -286,6 +324,7 @@ fn not_acceptable_resource() -> Response<Body> {
 }
 
 /// A list request's selectors.
+#[derive(Debug)]
 struct ListQuery {
     labels: LabelSelector,
     fields: FieldSelector,
@@ -297,7 +336,7 @@ impl<S: Source> Handler<S> {
         let freshness = Arc::new(Freshness::new());
         registry.register_collector(Box::new(Arc::clone(&freshness)));
         Handler {
-            source,
+            source: Arc::new(source),
             node_selector,
             freshness,
             discovery: Arc::new(Discovery::new()),
@@ -401,6 +440,31 @@ impl<S: Source> Handler<S> {
                     Err(status) => return status.into_response_for(accept),
                 };
                 match r {
+                    Resource::Pods(ns)
+                        if format == Format::Json
+                            && matches!(target, Target::Object | Target::DiscoveryV2)
+                            && list.labels.is_empty()
+                            && self.source.pods_sorted() =>
+                    {
+                        // Written as it is read: each frame walks the next pods and writes
+                        // them while their memory is in cache (no list of items first). A
+                        // label selector goes through the inventory's index instead, and
+                        // the other forms need every item first (protobuf's length, a
+                        // Table's columns).
+                        let namespace = ns
+                            .as_deref()
+                            .or_else(|| list.fields.required(Field::Namespace))
+                            .map(str::to_owned);
+                        let stream = stream::PodStream::new(
+                            Arc::clone(&self.source),
+                            Arc::clone(&self.freshness),
+                            namespace,
+                            list,
+                            ctx,
+                            now_ns,
+                        );
+                        json_response(stream.into_body())
+                    }
                     Resource::Pods(ns) => {
                         // Protobuf needs the length of the whole list first: measure each
                         // item as it is selected, while its data is in cache.
@@ -520,33 +584,19 @@ impl<S: Source> Handler<S> {
         let mut last: Option<Arc<PodRecord>> = None;
         self.source
             .visit_pods(namespace, &q.labels, &mut |records| {
-                // A batch's records and slots are loaded at once (independent loads whose
-                // misses overlap), before the reads that take locks.
-                records.iter().for_each(|r| self.source.warm(r));
-                let mut selected: SmallVec<[&Arc<PodRecord>; VISIT_BATCH]> = SmallVec::new();
-                for &record in records {
-                    let key = &record.key;
-                    if check {
-                        sorted &= last.as_ref().is_none_or(|l| l.key <= *key);
+                if check {
+                    for &record in records {
+                        sorted &= last.as_ref().is_none_or(|l| l.key <= record.key);
                         last = Some(Arc::clone(record));
                     }
-                    if namespace.is_some_and(|ns| *key.namespace != *ns)
-                        || !q.labels.matches(&record.labels)
-                        || !q.fields.matches(&key.name, &key.namespace)
-                    {
-                        continue;
-                    }
-                    selected.push(record);
                 }
-                // The batch's usage is read together (its misses overlap), then each pod
-                // that has usage becomes an item.
-                let mut usages: SmallVec<[Option<Arc<PodUsage>>; VISIT_BATCH]> =
-                    smallvec::smallvec![None; selected.len()];
-                let refs: SmallVec<[&PodRecord; VISIT_BATCH]> =
-                    selected.iter().map(|r| &***r).collect();
-                self.source.record_usages(&refs, now_ns, &mut usages);
-                for (record, usage) in selected.into_iter().zip(usages) {
-                    if let Some(usage) = usage {
+                select_batch(
+                    &*self.source,
+                    records,
+                    namespace,
+                    q,
+                    now_ns,
+                    |record, usage| {
                         batch.observe(now_ns, usage.timestamp_ns);
                         let item = PodItem {
                             record: Arc::clone(record),
@@ -554,8 +604,8 @@ impl<S: Source> Handler<S> {
                         };
                         visit(&item);
                         items.push(item);
-                    }
-                }
+                    },
+                );
             });
         if !sorted {
             items.sort_by(|a, b| a.record.key.cmp(&b.record.key));
@@ -594,6 +644,40 @@ impl<S: Source> Handler<S> {
             })?;
         self.freshness.batch().observe(now_ns, usage.timestamp_ns);
         Ok(PodItem { record, usage })
+    }
+}
+
+/// The pods of a batch of `records` that `namespace` and `q` select and that have usage,
+/// each handed to `each` with its usage, in order: what every pod list reads per batch. The
+/// batch's records and slots are loaded at once (independent loads whose misses overlap),
+/// before the reads that take locks; then the batch's usage is read together.
+fn select_batch<S: Source + ?Sized>(
+    source: &S,
+    records: &[&Arc<PodRecord>],
+    namespace: Option<&str>,
+    q: &ListQuery,
+    now_ns: i64,
+    mut each: impl FnMut(&Arc<PodRecord>, Arc<PodUsage>),
+) {
+    records.iter().for_each(|r| source.warm(r));
+    let selected: SmallVec<[&Arc<PodRecord>; VISIT_BATCH]> = records
+        .iter()
+        .copied()
+        .filter(|record| {
+            let key = &record.key;
+            namespace.is_none_or(|ns| *key.namespace == *ns)
+                && q.labels.matches(&record.labels)
+                && q.fields.matches(&key.name, &key.namespace)
+        })
+        .collect();
+    let mut usages: SmallVec<[Option<Arc<PodUsage>>; VISIT_BATCH]> =
+        smallvec::smallvec![None; selected.len()];
+    let refs: SmallVec<[&PodRecord; VISIT_BATCH]> = selected.iter().map(|r| &***r).collect();
+    source.record_usages(&refs, now_ns, &mut usages);
+    for (record, usage) in selected.into_iter().zip(usages) {
+        if let Some(usage) = usage {
+            each(record, usage);
+        }
     }
 }
 

@@ -127,7 +127,8 @@ fn table_head(out: &mut Vec<u8>, ctx: &Ctx, has_rows: bool) {
     }
 }
 
-fn list_head(out: &mut Vec<u8>, kind: &str, api_version: &str) {
+/// `{"kind":…,"apiVersion":…,"metadata":{},"items":` (the caller writes the items).
+pub(super) fn list_head(out: &mut Vec<u8>, kind: &str, api_version: &str) {
     out.push(b'{');
     encode::write_type_meta(out, kind, api_version);
     out.extend_from_slice(b"\"metadata\":{},\"items\":");

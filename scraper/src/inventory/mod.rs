@@ -274,12 +274,13 @@ struct PodMap {
 }
 
 impl PodMap {
-    /// Visits up to [`VISIT_YIELD_EVERY`] pods of `namespace` (or of all) in order, starting
-    /// after `after`, in batches; returns the last visited key when it stopped early.
+    /// Visits up to `limit` pods of `namespace` (or of all) in order, starting after
+    /// `after`, in batches; returns the last visited key when it stopped at the limit.
     fn visit_from(
         &self,
         namespace: Option<&str>,
         after: Option<&PodKey>,
+        limit: usize,
         visit: &mut impl FnMut(&[&Arc<PodRecord>]),
     ) -> Option<PodKey> {
         let from = after.map(|k| &*k.namespace).or(namespace);
@@ -305,7 +306,7 @@ impl PodMap {
                     batch.clear();
                 }
                 visited += 1;
-                if visited == VISIT_YIELD_EVERY {
+                if visited >= limit {
                     if !batch.is_empty() {
                         visit(&batch);
                     }
@@ -513,7 +514,7 @@ impl Inventory {
         let mut pods = self.pods.read();
         let mut after: Option<PodKey> = None;
         loop {
-            let resume = pods.visit_from(namespace, after.as_ref(), &mut visit);
+            let resume = pods.visit_from(namespace, after.as_ref(), VISIT_YIELD_EVERY, &mut visit);
             match resume {
                 Some(key) => {
                     after = Some(key);
@@ -522,6 +523,27 @@ impl Inventory {
                 None => return,
             }
         }
+    }
+
+    /// Up to `limit` pods of a namespace (or of all namespaces) that come after `after` in
+    /// namespace-then-name order (from the first when `None`), handed to `visit`
+    /// [`VISIT_BATCH`] at a time under the read lock. Returns the last key visited when it
+    /// stopped at `limit` (the next call resumes after it), `None` when no pod is left: a
+    /// list streamed as the client reads it takes a frame's worth per call, so the lock is
+    /// held for `limit` pods at a time and each pod is read once, right before it is
+    /// written. Successive calls are not one snapshot (see [`Inventory::visit_pods`]).
+    ///
+    /// `visit` must not call back into this inventory.
+    pub fn visit_pods_after(
+        &self,
+        namespace: Option<&str>,
+        after: Option<&PodKey>,
+        limit: usize,
+        mut visit: impl FnMut(&[&Arc<PodRecord>]),
+    ) -> Option<PodKey> {
+        self.pods
+            .read()
+            .visit_from(namespace, after, limit.max(1), &mut visit)
     }
 
     /// Every pod of a namespace (or of all namespaces), sorted by namespace then name.

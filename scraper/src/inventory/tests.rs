@@ -617,6 +617,65 @@ fn visiting_pods_sees_what_a_copy_sees_in_the_same_order() {
     assert_eq!(all, 2 * VISIT_YIELD_EVERY + 701);
 }
 
+/// Walking in steps (`visit_pods_after`, as a streamed list does, one frame per step) sees
+/// exactly the pods of one whole visit, in order, whatever the step; a pod removed or added
+/// between steps is seen only if the walk has not passed its place.
+#[test]
+fn walking_in_steps_sees_what_one_visit_sees() {
+    let inv = Inventory::new();
+    let mut records = Vec::new();
+    for (ns, count) in [("a", 3), ("big", 700), ("mid", 10), ("z", 1)] {
+        for i in 0..count {
+            records.push(pod(&inv, ns, &format!("p{i:05}"), &[], "n"));
+        }
+    }
+    inv.replace_pods(records);
+    let walk = |namespace: Option<&str>, step: usize| {
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let mut calls = 0;
+            after = inv.visit_pods_after(namespace, after.as_ref(), step, |batch| {
+                assert!(!batch.is_empty() && batch.len() <= VISIT_BATCH);
+                calls += batch.len();
+                seen.extend(batch.iter().map(|p| p.key.to_string()));
+            });
+            assert!(calls <= step.max(1), "at most a step's pods per call");
+            if after.is_none() {
+                return seen;
+            }
+        }
+    };
+    for namespace in [None, Some("a"), Some("big"), Some("z"), Some("none")] {
+        let whole = keys(&inv.pods(namespace));
+        for step in [0, 1, 3, 8, 9, 256, 10_000] {
+            assert_eq!(walk(namespace, step), whole, "{namespace:?} step {step}");
+        }
+    }
+    // Between steps: a pod behind the walk's position is not seen, one ahead of it is.
+    let mut seen = Vec::new();
+    let after = inv.visit_pods_after(None, None, 5, |b| {
+        seen.extend(b.iter().map(|p| p.key.to_string()));
+    });
+    assert_eq!(
+        after.as_ref().map(|k| k.to_string()).as_deref(),
+        Some("big/p00001")
+    );
+    inv.upsert_pod(pod(&inv, "a", "p00000-late", &[], "n"));
+    inv.upsert_pod(pod(&inv, "mid", "new", &[], "n"));
+    inv.remove_pod("big", "p00002");
+    let mut after = after;
+    while after.is_some() {
+        after = inv.visit_pods_after(None, after.as_ref(), 64, |b| {
+            seen.extend(b.iter().map(|p| p.key.to_string()));
+        });
+    }
+    assert!(!seen.contains(&"a/p00000-late".to_owned()));
+    assert!(seen.contains(&"mid/new".to_owned()));
+    assert!(!seen.contains(&"big/p00002".to_owned()));
+    assert_eq!(seen.len(), 3 + 700 + 10 + 1);
+}
+
 /// A writer that waits during a long visit gets in at the visit's next pause, not after the
 /// whole visit: the pod it adds (sorted after the pause) is visited, and the visit saw the
 /// writer finish while it was still running.
