@@ -1,5 +1,5 @@
 //! `/stats/summary` (JSON) parser: `scraper::kubelet::summary::parse`, and its RFC 3339
-//! reader `rfc3339_ns` against the API's writer `apiserver::api::time::write_rfc3339`.
+//! reader `rfc3339_ns` against the API's writer `apiserver::api::time::rfc3339`.
 //!
 //! Beyond "no panic": errors point inside the body; the request time only fills samples
 //! whose `cpu.time` and `memory.time` are absent (it never changes the outcome); a node
@@ -11,7 +11,7 @@
 
 mod common;
 
-use apiserver::api::time::write_rfc3339;
+use apiserver::api::time::rfc3339;
 use libfuzzer_sys::fuzz_target;
 use scraper::kubelet::summary::{parse, rfc3339_ns};
 use scraper::point::NodeScrape;
@@ -37,8 +37,7 @@ fn check_rfc3339(s: &str) {
     let Some(ns) = rfc3339_ns(s) else {
         return;
     };
-    let mut written = Vec::new();
-    write_rfc3339(&mut written, ns);
+    let written = rfc3339(ns);
     let written = std::str::from_utf8(&written).expect("the writer writes ASCII");
     let floored = ns.div_euclid(1_000_000_000).checked_mul(1_000_000_000);
     assert_eq!(
