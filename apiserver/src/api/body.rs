@@ -92,6 +92,18 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
         self
     }
 
+    /// The response body: one buffer for short lists, a stream for long ones.
+    pub fn into_body(mut self) -> Body {
+        if self.items.len() <= BUFFERED_ITEMS {
+            let mut out = Vec::with_capacity(self.head.len() + self.items.len() * 512 + 8);
+            self.fill(&mut out, usize::MAX);
+            return crate::body::full(out);
+        }
+        Streamed::new(self, None).boxed()
+    }
+}
+
+impl<T: Send + Sync + Unpin + 'static> Frames for ListBody<T> {
     /// Appends output to `out` until it reaches `target` bytes or the document ends.
     fn fill(&mut self, out: &mut Vec<u8>, target: usize) {
         if self.next == 0 && !self.head.is_empty() {
@@ -122,18 +134,45 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
         }
     }
 
-    /// The response body: one buffer for short lists, a stream for long ones.
-    pub fn into_body(mut self) -> Body {
-        if self.items.len() <= BUFFERED_ITEMS {
-            let mut out = Vec::with_capacity(self.head.len() + self.items.len() * 512 + 8);
-            self.fill(&mut out, usize::MAX);
-            return crate::body::full(out);
-        }
-        self.boxed()
+    fn done(&self) -> bool {
+        self.done
     }
 }
 
-impl<T: Send + Sync + Unpin + 'static> HttpBody for ListBody<T> {
+/// A document written a frame at a time, as the client reads it.
+pub trait Frames: Send + Sync + Unpin + 'static {
+    /// Appends output to `out` until it reaches `target` bytes or the document ends.
+    fn fill(&mut self, out: &mut Vec<u8>, target: usize);
+    /// Whether the document has ended.
+    fn done(&self) -> bool;
+}
+
+/// Room past [`CHUNK_BYTES`] in a frame's buffer for the item (or step) that crosses it.
+pub const FRAME_SLACK_BYTES: usize = 32 * 1024;
+
+/// A [`Frames`] document as a streamed body: frames of about [`CHUNK_BYTES`].
+pub struct Streamed<F> {
+    frames: F,
+    /// A frame written before the body was handed out.
+    first: Option<Bytes>,
+}
+
+impl<F: Frames> Streamed<F> {
+    /// Streams `frames`, starting with `first` when it was written already.
+    pub fn new(frames: F, first: Option<Bytes>) -> Self {
+        Streamed { frames, first }
+    }
+}
+
+impl<F> std::fmt::Debug for Streamed<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamed")
+            .field("first", &self.first.as_ref().map(Bytes::len))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: Frames> HttpBody for Streamed<F> {
     type Data = Bytes;
     type Error = Infallible;
 
@@ -142,16 +181,19 @@ impl<T: Send + Sync + Unpin + 'static> HttpBody for ListBody<T> {
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        if this.done {
+        if let Some(first) = this.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        if this.frames.done() {
             return Poll::Ready(None);
         }
-        let mut out = Vec::with_capacity(CHUNK_BYTES + 4096);
-        this.fill(&mut out, CHUNK_BYTES);
+        let mut out = Vec::with_capacity(CHUNK_BYTES + FRAME_SLACK_BYTES);
+        this.frames.fill(&mut out, CHUNK_BYTES);
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.first.is_none() && self.frames.done()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -169,7 +211,7 @@ mod tests {
     static WARMED: AtomicUsize = AtomicUsize::new(0);
 
     fn drain(body: ListBody<u32>) -> Vec<u8> {
-        let mut body = Box::pin(body);
+        let mut body = Box::pin(Streamed::new(body, None));
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut out = Vec::new();
         while let Poll::Ready(Some(Ok(frame))) = body.as_mut().poll_frame(&mut cx) {

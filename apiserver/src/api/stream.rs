@@ -10,17 +10,13 @@
 //! snapshot: a pod added or removed while the list is read shows if the walk has not
 //! passed its place yet.
 
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 use scraper::point::PodKey;
 
-use super::body::CHUNK_BYTES;
+use super::body::{CHUNK_BYTES, FRAME_SLACK_BYTES, Frames, Streamed};
 use super::encode::{self, Ctx};
 use super::metrics::Freshness;
 use super::respond::list_head;
@@ -30,9 +26,6 @@ use crate::body::Body;
 /// Pods per walk step: the inventory's read lock is held for this many, and a frame
 /// overshoots [`CHUNK_BYTES`] by at most one step's JSON.
 const STEP: usize = 64;
-
-/// Room past [`CHUNK_BYTES`] in a frame's buffer for the step that crosses it.
-const SLACK_BYTES: usize = 32 * 1024;
 
 /// A cluster-wide or namespaced pod list without a label selector, in JSON.
 pub(super) struct PodStream<S> {
@@ -48,8 +41,6 @@ pub(super) struct PodStream<S> {
     after: Option<PodKey>,
     /// Items written so far (a comma goes before every one but the first).
     written: usize,
-    /// The first frame, written when the response was made.
-    first: Option<Bytes>,
     done: bool,
 }
 
@@ -88,7 +79,6 @@ impl<S: Source> PodStream<S> {
             head,
             after: None,
             written: 0,
-            first: None,
             done: false,
         }
     }
@@ -96,13 +86,18 @@ impl<S: Source> PodStream<S> {
     /// The response body: the first frame is written now; a list that ends within it is
     /// one buffer (with a Content-Length), a longer one a stream.
     pub(super) fn into_body(mut self) -> Body {
-        let mut out = Vec::with_capacity(CHUNK_BYTES + SLACK_BYTES);
+        let mut out = Vec::with_capacity(CHUNK_BYTES + FRAME_SLACK_BYTES);
         self.fill(&mut out, CHUNK_BYTES);
         if self.done {
             return crate::body::full(out);
         }
-        self.first = Some(Bytes::from(out));
-        self.boxed()
+        Streamed::new(self, Some(Bytes::from(out))).boxed()
+    }
+}
+
+impl<S: Source> Frames for PodStream<S> {
+    fn done(&self) -> bool {
+        self.done
     }
 
     /// Walks and writes until `out` holds `target` bytes or the list ends.
@@ -118,7 +113,6 @@ impl<S: Source> PodStream<S> {
             after,
             written,
             done,
-            ..
         } = self;
         let (namespace, now_ns) = (namespace.as_deref(), *now_ns);
         out.append(head);
@@ -156,39 +150,14 @@ impl<S: Source> PodStream<S> {
     }
 }
 
-impl<S: Source> HttpBody for PodStream<S> {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(first))));
-        }
-        if this.done {
-            return Poll::Ready(None);
-        }
-        let mut out = Vec::with_capacity(CHUNK_BYTES + SLACK_BYTES);
-        this.fill(&mut out, CHUNK_BYTES);
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::collections::BTreeSet;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use http_body::Body as _;
 
     use prometheus_client::registry::Registry;
     use scraper::inventory::{Inventory, PodRecord};
@@ -357,7 +326,11 @@ mod tests {
         assert!(long.len() > 5, "{} frames", long.len());
         for frame in &long[..long.len() - 1] {
             assert!(frame.len() >= CHUNK_BYTES, "{}", frame.len());
-            assert!(frame.len() <= CHUNK_BYTES + SLACK_BYTES, "{}", frame.len());
+            assert!(
+                frame.len() <= CHUNK_BYTES + FRAME_SLACK_BYTES,
+                "{}",
+                frame.len()
+            );
         }
     }
 
