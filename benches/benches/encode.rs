@@ -31,7 +31,7 @@ use futures::FutureExt as _;
 use http_body::Body as _;
 use prometheus_client::registry::Registry;
 use prost::Message as _;
-use scraper::inventory::{Inventory, Labels, NodeRecord, PodRecord};
+use scraper::inventory::{Inventory, Labels, NodeRecord, PodRecord, VISIT_BATCH};
 use scraper::point::{
     ContainerSample, ContainerUsage, NodeName, NodeScrape, PodKey, PodUsage, Sample, Usage,
 };
@@ -192,6 +192,26 @@ impl Source for Memory {
     }
     fn pod_usage(&self, _namespace: &str, name: &str, _now_ns: i64) -> Option<Arc<PodUsage>> {
         self.pod_usage.get(&(name.as_ptr() as usize)).cloned()
+    }
+    /// From the sorted vector, without a copy per step (the default copies every pod).
+    fn visit_pods_after(
+        &self,
+        namespace: Option<&str>,
+        after: Option<&PodKey>,
+        max: usize,
+        visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
+    ) -> Option<PodKey> {
+        let start = after.map_or(0, |a| self.pods.partition_point(|p| p.key <= *a));
+        let step: Vec<&Arc<PodRecord>> = self.pods[start..]
+            .iter()
+            .filter(|p| namespace.is_none_or(|ns| &*p.key.namespace == ns))
+            .take(max.max(1))
+            .collect();
+        step.chunks(VISIT_BATCH).for_each(visit);
+        match step.last() {
+            Some(last) if step.len() == max.max(1) => Some(last.key.clone()),
+            _ => None,
+        }
     }
 }
 

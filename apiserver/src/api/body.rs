@@ -147,8 +147,9 @@ pub trait Frames: Send + Sync + Unpin + 'static {
     fn done(&self) -> bool;
 }
 
-/// Room past [`CHUNK_BYTES`] in a frame's buffer for the item (or step) that crosses it.
-pub const FRAME_SLACK_BYTES: usize = 32 * 1024;
+/// Room past [`CHUNK_BYTES`] in a frame's buffer for the item (or batch of items) that
+/// crosses it.
+pub const FRAME_SLACK_BYTES: usize = 8 * 1024;
 
 /// A [`Frames`] document as a streamed body: frames of about [`CHUNK_BYTES`].
 pub struct Streamed<F> {

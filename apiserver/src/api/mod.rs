@@ -7,7 +7,8 @@
 //! - [`accept`] does `Accept` negotiation (JSON, protobuf, Table, PartialObjectMetadata,
 //!   discovery v2).
 //! - [`query`] decodes the query string decoding as Go's `url.ParseQuery`.
-//! - [`encode`], [`json`], [`quantity`], [`time`] are the hand-written JSON writers.
+//! - [`encode`], [`json`], [`quantity`], [`time`] are the hand-written JSON writers;
+//!   [`scratch`] appends the short runs they (and [`proto`]) build on the stack.
 //! - [`proto`] writes the same objects in Kubernetes protobuf.
 //! - [`body`] streams list bodies; `respond` shapes an answer in the negotiated form;
 //!   `stream` writes a JSON pod list as it walks the inventory, a frame at a time.
@@ -26,6 +27,7 @@ pub mod quantity;
 pub mod query;
 mod respond;
 pub mod routes;
+pub mod scratch;
 mod stream;
 pub mod time;
 
@@ -95,8 +97,9 @@ pub trait Source: Send + Sync + 'static {
     /// Up to `max` of [`Source::pods`]'s pods that come after `after` in namespace-then-name
     /// order (from the first when `None`), handed to `visit` a few at a time; returns the
     /// last key visited when it stopped at `max` (the next call resumes after it), `None`
-    /// when no pod is left. A streamed list reads a frame's worth per call. By default from
-    /// a sorted copy of [`Source::pods`] per call (enough for small fakes).
+    /// when no pod is left (`max` is at least 1). A streamed list reads a frame's worth per
+    /// call. By default from a sorted copy of [`Source::pods`] per call, which is enough for
+    /// a small source; a large one walks in place.
     fn visit_pods_after(
         &self,
         namespace: Option<&str>,
@@ -330,6 +333,14 @@ struct ListQuery {
     fields: FieldSelector,
 }
 
+impl ListQuery {
+    /// The namespace a pod list reads: the path's, or on a cluster-wide list the one a
+    /// `metadata.namespace=x` field selector requires (only that namespace is walked).
+    fn namespace<'a>(&'a self, path: Option<&'a str>) -> Option<&'a str> {
+        path.or_else(|| self.fields.required(Field::Namespace))
+    }
+}
+
 impl<S: Source> Handler<S> {
     /// Builds the documents and registers the freshness histogram on `registry`.
     pub fn new(source: S, node_selector: LabelSelector, registry: &mut Registry) -> Self {
@@ -443,18 +454,14 @@ impl<S: Source> Handler<S> {
                     Resource::Pods(ns)
                         if format == Format::Json
                             && matches!(target, Target::Object | Target::DiscoveryV2)
-                            && list.labels.is_empty()
-                            && self.source.pods_sorted() =>
+                            && list.labels.is_empty() =>
                     {
                         // Written as it is read: each frame walks the next pods and writes
                         // them while their memory is in cache (no list of items first). A
                         // label selector goes through the inventory's index instead, and
                         // the other forms need every item first (protobuf's length, a
                         // Table's columns).
-                        let namespace = ns
-                            .as_deref()
-                            .or_else(|| list.fields.required(Field::Namespace))
-                            .map(str::to_owned);
+                        let namespace = list.namespace(ns.as_deref()).map(str::to_owned);
                         let stream = stream::PodStream::new(
                             Arc::clone(&self.source),
                             Arc::clone(&self.freshness),
@@ -573,8 +580,7 @@ impl<S: Source> Handler<S> {
         now_ns: i64,
         mut visit: impl FnMut(&PodItem),
     ) -> Vec<PodItem> {
-        // A `metadata.namespace=x` selector on a cluster-wide list reads only that namespace.
-        let namespace = namespace.or_else(|| q.fields.required(Field::Namespace));
+        let namespace = q.namespace(namespace);
         let mut batch = self.freshness.batch();
         let mut items = Vec::new();
         // The source promises namespace/name order; unless it holds by construction, checked

@@ -36,7 +36,8 @@ use scraper::inventory::Labels;
 use scraper::point::ContainerUsage;
 
 use super::encode::{Ctx, NodeItem, PodItem};
-use super::quantity::{append_prefix, cpu_len, memory_len, write_cpu, write_memory};
+use super::quantity::{cpu_len, memory_len, write_cpu, write_memory};
+use super::scratch::append_prefix;
 
 /// The four bytes every protobuf body starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";

@@ -7,6 +7,8 @@
 
 use std::ops::{DivAssign, Mul, MulAssign, Rem};
 
+use super::scratch::append_prefix;
+
 /// Decimal SI suffixes by exponent / 3, from 10^-9 (`n`) to 10^18 (`E`).
 const DECIMAL_SUFFIXES: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
 /// Binary SI suffixes by power of 1024.
@@ -264,16 +266,6 @@ const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 
 /// The scratch of one short string: 20 digits of a `u64` and a suffix of up to 2 bytes.
 const SHORT: usize = 24;
-
-/// Appends `buf[..len]` as a copy of the whole fixed-size `buf` cut back to `len`: a few
-/// register moves where a copy of a length known only at run time is a call to `memcpy`,
-/// which lists made a dozen times per item.
-#[inline(always)]
-pub fn append_prefix<const N: usize>(out: &mut Vec<u8>, buf: &[u8; N], len: usize) {
-    let end = out.len() + len.min(N);
-    out.extend_from_slice(buf);
-    out.truncate(end);
-}
 
 /// The decimal digits of `v` at the front of `buf`, two at a time; returns how many.
 #[inline]

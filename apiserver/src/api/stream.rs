@@ -23,8 +23,9 @@ use super::respond::list_head;
 use super::{ListQuery, Source, select_batch};
 use crate::body::Body;
 
-/// Pods per walk step: the inventory's read lock is held for this many, and a frame
-/// overshoots [`CHUNK_BYTES`] by at most one step's JSON.
+/// Pods per walk step: the inventory's read lock is held for this many at most. A frame
+/// stops after the batch that fills it (the rest of the step is walked again by the next
+/// frame), so it overshoots [`CHUNK_BYTES`] by at most one batch's JSON.
 const STEP: usize = 64;
 
 /// A cluster-wide or namespaced pod list without a label selector, in JSON.
@@ -118,7 +119,12 @@ impl<S: Source> Frames for PodStream<S> {
         out.append(head);
         let mut batch = freshness.batch();
         while !*done && out.len() < target {
+            // Set when the frame filled up inside the step: the last pod written.
+            let mut full_after: Option<PodKey> = None;
             let next = source.visit_pods_after(namespace, after.as_ref(), STEP, &mut |records| {
+                if full_after.is_some() {
+                    return;
+                }
                 // The names are read only by the writer: loaded with the batch's records.
                 for record in records {
                     std::hint::black_box(record.key.name.as_bytes().first());
@@ -138,8 +144,11 @@ impl<S: Source> Frames for PodStream<S> {
                         *written += 1;
                     },
                 );
+                if out.len() >= target {
+                    full_after = records.last().map(|r| r.key.clone());
+                }
             });
-            match next {
+            match full_after.or(next) {
                 Some(key) => *after = Some(key),
                 None => {
                     out.extend_from_slice(b"]}\n");
@@ -171,7 +180,8 @@ mod tests {
     const SECOND: i64 = 1_000_000_000;
     const NOW_NS: i64 = 1_700_000_000 * SECOND;
 
-    /// Namespaces `a` (3 pods), `big` (2,500: many frames), `c` (40); every pod labelled
+    /// Namespaces `a` (3 pods), `big` (2,500: many frames), `c` (150: more items than a
+    /// collected list buffers, less than a frame); every pod labelled
     /// `app`, every 7th pod without usage (its node reported nothing for it); usage also for
     /// `big/web-late`, a pod the inventory does not know yet.
     fn cluster() -> (Live, usize) {
@@ -180,7 +190,7 @@ mod tests {
         let interner = inventory.interner();
         let mut records = Vec::new();
         let mut reported = Vec::new();
-        for (ns, count) in [("a", 3), ("big", 2_500), ("c", 40)] {
+        for (ns, count) in [("a", 3), ("big", 2_500), ("c", 150)] {
             for i in 0..count {
                 let name = format!("web-{i:05}");
                 let app = format!("app-{}", i % 5);
@@ -312,8 +322,9 @@ mod tests {
         assert_eq!(all["items"].as_array().unwrap().len(), with_usage);
     }
 
-    /// A list that ends within the first frame is one buffer with a known length; a longer
-    /// one is streamed in frames of about [`CHUNK_BYTES`].
+    /// A list that ends within the first frame is one buffer with a known length, even one
+    /// with more items than a collected list buffers; a longer one is streamed in frames of
+    /// about [`CHUNK_BYTES`].
     #[test]
     fn short_lists_are_one_buffer_and_long_ones_stream_in_frames() {
         let (live, _) = cluster();
@@ -321,6 +332,8 @@ mod tests {
         let (short, exact) = frames(&h, "/apis/metrics.k8s.io/v1/namespaces/c/pods");
         assert_eq!(short.len(), 1);
         assert_eq!(exact, Some(short[0].len() as u64));
+        let list: serde_json::Value = serde_json::from_slice(&short[0]).unwrap();
+        assert!(list["items"].as_array().unwrap().len() > crate::api::body::BUFFERED_ITEMS);
         let (long, exact) = frames(&h, "/apis/metrics.k8s.io/v1/pods");
         assert_eq!(exact, None);
         assert!(long.len() > 5, "{} frames", long.len());
@@ -354,6 +367,15 @@ mod tests {
         };
         out.extend_from_slice(&first.unwrap().into_data().unwrap());
         // The first frame ends inside `big`; change pods well ahead of it and behind it.
+        let written = String::from_utf8_lossy(&out);
+        assert!(
+            written.contains(r#""namespace":"big""#),
+            "the first frame reached big"
+        );
+        assert!(
+            !written.contains(r#""name":"web-02000""#),
+            "but not web-02000"
+        );
         live.inventory.remove_pod("big", "web-02000");
         live.inventory.remove_pod("a", "web-00000");
         let other = live.inventory.pod("big", "web-02001").unwrap();

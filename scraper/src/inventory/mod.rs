@@ -525,13 +525,13 @@ impl Inventory {
         }
     }
 
-    /// Up to `limit` pods of a namespace (or of all namespaces) that come after `after` in
-    /// namespace-then-name order (from the first when `None`), handed to `visit`
-    /// [`VISIT_BATCH`] at a time under the read lock. Returns the last key visited when it
-    /// stopped at `limit` (the next call resumes after it), `None` when no pod is left: a
-    /// list streamed as the client reads it takes a frame's worth per call, so the lock is
-    /// held for `limit` pods at a time and each pod is read once, right before it is
-    /// written. Successive calls are not one snapshot (see [`Inventory::visit_pods`]).
+    /// Up to `limit` (at least one) pods of a namespace (or of all namespaces) that come
+    /// after `after` in namespace-then-name order (from the first when `None`), handed to
+    /// `visit` [`VISIT_BATCH`] at a time under the read lock. Returns the last key visited
+    /// when it stopped at `limit` (the next call resumes after it), `None` when no pod is
+    /// left: a list streamed as the client reads it takes a frame's worth per call, so the
+    /// lock is held for `limit` pods at a time and each pod is read once, right before it
+    /// is written. Successive calls are not one snapshot (see [`Inventory::visit_pods`]).
     ///
     /// `visit` must not call back into this inventory.
     pub fn visit_pods_after(
