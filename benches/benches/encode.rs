@@ -87,7 +87,7 @@ fn labels(pairs: &[(&str, String)]) -> Labels {
         .map(|(k, v)| (Arc::from(*k), Arc::from(v.as_str())))
         .collect();
     v.sort();
-    Labels(v.into())
+    Labels::from(v)
 }
 
 impl Memory {

@@ -206,7 +206,7 @@ fuzz_target!(|data: &[u8]| {
         .into_iter()
         .map(|(k, v)| (Arc::from(k), Arc::from(v)))
         .collect();
-    let labels = Labels(pairs.into());
+    let labels = Labels::from(pairs);
 
     check_label_selector(label_selector, &labels);
     check_field_selector(field_selector, name, namespace);

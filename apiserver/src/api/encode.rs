@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use scraper::inventory::{Labels, NodeRecord, PodRecord};
+use scraper::inventory::{Encoding, Labels, NodeRecord, PodRecord};
 use scraper::point::{PodUsage, Usage};
 
 use super::json::write_str;
@@ -37,7 +37,7 @@ impl PodItem {
     pub fn warm(&self) {
         let record = &*self.record;
         std::hint::black_box(record.key.name.as_bytes().first().copied());
-        std::hint::black_box(record.labels.0.first().map(|(k, _)| k.len()));
+        std::hint::black_box(record.labels.pairs().first().map(|(k, _)| k.len()));
         let usage = &*self.usage;
         std::hint::black_box(usage.timestamp_ns);
         std::hint::black_box(usage.containers.last().map(|c| c.memory_bytes));
@@ -113,19 +113,27 @@ pub fn write_meta(
         write_str(out, ns);
     }
     out.extend_from_slice(&ctx.creation);
+    out.extend_from_slice(labels.encoded(Encoding::Json, json_labels));
+    out.push(b'}');
+}
+
+/// `,"labels":{…}`, or nothing for no labels: encoded once per label set
+/// ([`Labels::encoded`]).
+fn json_labels(labels: &Labels) -> Vec<u8> {
+    let mut out = Vec::new();
     if !labels.is_empty() {
         out.extend_from_slice(b",\"labels\":{");
         for (i, (k, v)) in labels.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            write_str(out, k);
+            write_str(&mut out, k);
             out.push(b':');
-            write_str(out, v);
+            write_str(&mut out, v);
         }
         out.push(b'}');
     }
-    out.push(b'}');
+    out
 }
 
 /// `,"timestamp":"…","window":"…"`; the part up to the window's value is one append.

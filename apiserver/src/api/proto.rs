@@ -32,7 +32,7 @@
 //! handler sums them while it selects the items (the data is in cache then).
 
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use scraper::inventory::Labels;
+use scraper::inventory::{Encoding, Labels};
 use scraper::point::ContainerUsage;
 
 use super::encode::{Ctx, NodeItem, PodItem};
@@ -327,11 +327,7 @@ impl Meta<'_> {
     }
 
     fn len(&self, ctx: &Ctx) -> usize {
-        let labels: usize = self
-            .labels
-            .iter()
-            .map(|(k, v)| field_len(11, field_len(1, k.len()) + field_len(2, v.len())))
-            .sum();
+        let labels = self.labels.encoded(Encoding::Protobuf, labels).len();
         field_len(1, self.name.len())
             + field_len(2, 0)
             + field_len(3, self.namespace.len())
@@ -352,13 +348,21 @@ impl Meta<'_> {
         // selfLink = 4, uid = 5, resourceVersion = 6 empty; generation = 7 zero.
         out.extend_from_slice(&[0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00]);
         put_time(out, 8, ctx.creation_ns);
-        for (k, v) in self.labels.iter() {
-            put_header(out, 11, field_len(1, k.len()) + field_len(2, v.len()));
-            put_str(out, 1, k);
-            put_str(out, 2, v);
-        }
+        out.extend_from_slice(self.labels.encoded(Encoding::Protobuf, labels));
         close(out, at, 1);
     }
+}
+
+/// `ObjectMeta.labels = 11`, one entry per label in key order: encoded once per label set
+/// ([`Labels::encoded`]).
+fn labels(labels: &Labels) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in labels.iter() {
+        put_header(&mut out, 11, field_len(1, k.len()) + field_len(2, v.len()));
+        put_str(&mut out, 1, k);
+        put_str(&mut out, 2, v);
+    }
+    out
 }
 
 fn node_resources(item: &NodeItem) -> Resources {
@@ -540,7 +544,7 @@ mod tests {
         let item = NodeItem {
             record: Arc::new(NodeRecord {
                 name: NodeName::from("n1"),
-                labels: Labels(vec![(Arc::from("a"), Arc::from("b"))].into()),
+                labels: Labels::from(vec![(Arc::from("a"), Arc::from("b"))]),
                 addresses: Vec::new(),
                 kubelet_port: None,
                 metrics_path: None,
@@ -609,7 +613,7 @@ mod tests {
                 record: Arc::new(PodRecord {
                     usage: scraper::store::UsageLink::new(),
                     key: PodKey::new("ns", &format!("p{}", &long[..long.len().min(round % 150)])),
-                    labels: Labels(labels.clone().into()),
+                    labels: Labels::from(labels.clone()),
                     node_name: None,
                 }),
                 usage: Arc::new(PodUsage {
@@ -622,7 +626,7 @@ mod tests {
             let node = NodeItem {
                 record: Arc::new(NodeRecord {
                     name: NodeName::from(long.as_str()),
-                    labels: Labels(labels.into()),
+                    labels: Labels::from(labels),
                     addresses: Vec::new(),
                     kubelet_port: None,
                     metrics_path: None,

@@ -36,7 +36,7 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> Labels {
         .map(|(k, v)| (Arc::from(*k), Arc::from(*v)))
         .collect();
     v.sort();
-    Labels(v.into())
+    Labels::from(v)
 }
 
 impl Fake {

@@ -48,7 +48,7 @@ pub(super) struct LabelIndex {
 impl LabelIndex {
     /// Indexes `pod` under each of its labels (replacing an entry of the same name).
     pub(super) fn add(&mut self, pod: &Arc<PodRecord>) {
-        for (key, value) in pod.labels.0.iter() {
+        for (key, value) in pod.labels.pairs().iter() {
             self.by_key
                 .entry(key.clone())
                 .or_default()
@@ -61,7 +61,7 @@ impl LabelIndex {
     /// Forgets `pod` under each of its labels; empty sets and maps go.
     pub(super) fn remove(&mut self, pod: &PodRecord) {
         let name: &str = &pod.key.name;
-        for (key, value) in pod.labels.0.iter() {
+        for (key, value) in pod.labels.pairs().iter() {
             let Some(values) = self.by_key.get_mut(&**key) else {
                 continue;
             };

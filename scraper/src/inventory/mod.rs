@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
@@ -29,27 +29,123 @@ pub mod watch;
 #[cfg(test)]
 mod tests;
 
-/// Labels of a node or pod: sorted by key, strings interned.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Labels(pub Arc<[(Arc<str>, Arc<str>)]>);
+/// Labels of a node or pod: sorted by key, strings interned, with the encodings the API
+/// writes of them kept beside the pairs ([`Labels::encoded`]).
+///
+/// Cloning shares the set. Equality and hashing are those of the pairs.
+#[derive(Clone)]
+pub struct Labels(Arc<LabelPairs>);
+
+/// What a [`Labels`] shares: the pairs and, once asked for, each [`Encoding`] of them.
+#[derive(Default)]
+struct LabelPairs {
+    pairs: Box<[(Arc<str>, Arc<str>)]>,
+    encoded: [OnceLock<Box<[u8]>>; Encoding::COUNT],
+}
+
+/// The forms of a label set the API writes: a list of 150,000 pods writes the labels of each,
+/// and most pods share their set with the other replicas of their ReplicaSet, so each set is
+/// encoded once per form and copied after that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// JSON `metadata.labels`.
+    Json = 0,
+    /// Protobuf `ObjectMeta.labels` entries.
+    Protobuf = 1,
+}
+
+impl Encoding {
+    const COUNT: usize = 2;
+}
 
 impl Labels {
+    /// A label set of these pairs, which must be sorted by key without duplicates (the
+    /// [`Interner`] sorts and shares them).
+    pub fn new(pairs: impl Into<Box<[(Arc<str>, Arc<str>)]>>) -> Self {
+        let pairs = pairs.into();
+        if pairs.is_empty() {
+            return Labels::default();
+        }
+        Labels(Arc::new(LabelPairs {
+            pairs,
+            encoded: Default::default(),
+        }))
+    }
+
+    /// Every pair, sorted by key.
+    pub fn pairs(&self) -> &[(Arc<str>, Arc<str>)] {
+        &self.0.pairs
+    }
+
+    /// Whether both are the same shared set (not merely equal).
+    pub fn ptr_eq(&self, other: &Labels) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The value of a label.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
+        let pairs = self.pairs();
+        pairs
             .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
-            .map(|i| &*self.0[i].1)
+            .map(|i| &*pairs[i].1)
     }
 
     /// Every (key, value), sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (&**k, &**v))
+        self.pairs().iter().map(|(k, v)| (&**k, &**v))
     }
 
     /// No labels at all.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.pairs().is_empty()
+    }
+
+    /// The set written in `encoding`: `encode`'s output the first time it is asked for by
+    /// any holder of the set, the same bytes after that. `encode` must depend on the pairs
+    /// only.
+    pub fn encoded(&self, encoding: Encoding, encode: impl FnOnce(&Labels) -> Vec<u8>) -> &[u8] {
+        self.0.encoded[encoding as usize].get_or_init(|| encode(self).into_boxed_slice())
+    }
+
+    /// How many holders share this set (the interner's purge drops sets only it holds).
+    fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
+
+/// The empty set, shared: records without labels allocate nothing for them.
+static NO_LABELS: LazyLock<Labels> = LazyLock::new(|| Labels(Arc::default()));
+
+impl Default for Labels {
+    fn default() -> Self {
+        NO_LABELS.clone()
+    }
+}
+
+impl From<Vec<(Arc<str>, Arc<str>)>> for Labels {
+    fn from(pairs: Vec<(Arc<str>, Arc<str>)>) -> Self {
+        Labels::new(pairs)
+    }
+}
+
+impl PartialEq for Labels {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr_eq(other) || self.pairs() == other.pairs()
+    }
+}
+
+impl Eq for Labels {}
+
+impl Hash for Labels {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.pairs().hash(state);
+    }
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
     }
 }
 
@@ -98,13 +194,13 @@ struct LabelSet(Labels);
 
 impl Hash for LabelSet {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.0[..].hash(state);
+        self.0.pairs().hash(state);
     }
 }
 
 impl std::borrow::Borrow<[(Arc<str>, Arc<str>)]> for LabelSet {
     fn borrow(&self) -> &[(Arc<str>, Arc<str>)] {
-        &self.0.0
+        self.0.pairs()
     }
 }
 
@@ -138,8 +234,7 @@ impl InternerState {
 
     /// Drops every entry nobody but the interner holds (label sets first: they hold strings).
     fn purge(&mut self) {
-        self.label_sets
-            .retain(|set| Arc::strong_count(&set.0.0) > 1);
+        self.label_sets.retain(|set| set.0.holders() > 1);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
         self.purge_at = 2 * (self.strings.len() + self.label_sets.len());
     }
@@ -192,7 +287,7 @@ impl Interner {
         if let Some(found) = state.label_sets.get(&interned[..]) {
             return found.0.clone();
         }
-        let labels = Labels(Arc::from(interned));
+        let labels = Labels::new(interned);
         state.label_sets.insert(LabelSet(labels.clone()));
         state.maybe_purge();
         labels

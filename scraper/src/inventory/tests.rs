@@ -170,12 +170,12 @@ fn labels_are_interned_and_shared_between_pods() {
         &[("tier", "front"), ("app", "web")],
         "n1",
     );
-    assert!(Arc::ptr_eq(&a.labels.0, &b.labels.0));
+    assert!(a.labels.ptr_eq(&b.labels));
     assert!(Arc::ptr_eq(&a.key.namespace, &b.key.namespace));
     let c = pod(&inv, "default", "c", &[("app", "web")], "n1");
-    assert!(!Arc::ptr_eq(&a.labels.0, &c.labels.0));
+    assert!(!a.labels.ptr_eq(&c.labels));
     // Strings are shared across different label sets.
-    assert!(Arc::ptr_eq(&a.labels.0[0].1, &c.labels.0[0].1));
+    assert!(Arc::ptr_eq(&a.labels.pairs()[0].1, &c.labels.pairs()[0].1));
     assert_eq!(
         a.labels.iter().collect::<Vec<_>>(),
         [("app", "web"), ("tier", "front")]
@@ -558,7 +558,7 @@ mod index_props {
             // The index holds one entry per label of every pod there is, nothing stale.
             let pods = inv.pods.read();
             let indexed: usize = pods.by_namespace.values().map(|n| n.index.entries()).sum();
-            let labels: usize = pods.by_namespace.values().flat_map(|n| n.by_name.values()).map(|p| p.labels.0.len()).sum();
+            let labels: usize = pods.by_namespace.values().flat_map(|n| n.by_name.values()).map(|p| p.labels.pairs().len()).sum();
             prop_assert_eq!(indexed, labels);
             prop_assert!(pods.by_namespace.values().all(|n| !n.by_name.is_empty()), "no empty namespace is kept");
             drop(pods);
@@ -715,4 +715,30 @@ fn a_waiting_writer_gets_in_while_a_long_visit_runs() {
     assert!(seen_written, "the writer only got in after the visit");
     assert_eq!(visited.len(), 3 * VISIT_YIELD_EVERY + 1);
     assert_eq!(visited.last().map(String::as_str), Some("zz/late"));
+}
+
+/// A label set's encoding is made once and shared by every holder of the set; another set
+/// gets its own, and the forms are kept apart.
+#[test]
+fn a_label_set_is_encoded_once_per_form() {
+    let interner = Interner::new();
+    let a = interner.labels([("app", "web"), ("tier", "front")]);
+    let b = interner.labels([("tier", "front"), ("app", "web")]);
+    let c = interner.labels([("app", "db")]);
+    let calls = std::cell::Cell::new(0);
+    let encode = |l: &Labels| {
+        calls.set(calls.get() + 1);
+        l.iter()
+            .flat_map(|(k, v)| [k, "=", v, ";"])
+            .collect::<String>()
+            .into_bytes()
+    };
+    assert_eq!(a.encoded(Encoding::Json, encode), b"app=web;tier=front;");
+    assert_eq!(b.encoded(Encoding::Json, encode), b"app=web;tier=front;");
+    assert_eq!(calls.get(), 1, "the shared set was encoded again");
+    assert_eq!(c.encoded(Encoding::Json, encode), b"app=db;");
+    assert_eq!(calls.get(), 2);
+    assert_eq!(a.encoded(Encoding::Protobuf, |_| b"pb".to_vec()), b"pb");
+    assert_eq!(a.encoded(Encoding::Json, encode), b"app=web;tier=front;");
+    assert!(Labels::default().encoded(Encoding::Json, encode).is_empty());
 }

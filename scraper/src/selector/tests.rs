@@ -8,7 +8,7 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .map(|(k, v)| (Arc::from(*k), Arc::from(*v)))
         .collect();
     v.sort();
-    Labels(v.into())
+    Labels::from(v)
 }
 
 fn sel(s: &str) -> LabelSelector {

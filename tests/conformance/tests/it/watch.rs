@@ -191,10 +191,7 @@ async fn inventory_follows_nodes_and_running_pods() {
     assert_eq!(web.labels.get("app"), Some("web"));
     assert_eq!(web.node_name.as_ref().map(|n| n.as_str()), Some("node-b"));
     let web1 = inventory.pod("default", "web-1").expect("web-1");
-    assert!(
-        Arc::ptr_eq(&web.labels.0, &web1.labels.0),
-        "label sets are shared"
-    );
+    assert!(web.labels.ptr_eq(&web1.labels), "label sets are shared");
 
     // The pending pod starts running: it appears.
     cluster
