@@ -134,18 +134,18 @@ impl Memory {
                         timestamp_ns: NOW_NS - 7_000_000_000,
                         window_ns: 15_012_000_000,
                         containers: vec![
-                            ContainerUsage::new(
-                                Arc::from("app"),
-                                4_710_169 + i as u64,
-                                12_533_760,
-                                None,
-                            ),
-                            ContainerUsage::new(
-                                Arc::from("istio-proxy"),
-                                12_345_000,
-                                50_331_648 + (i as u64 % 7),
-                                None,
-                            ),
+                            ContainerUsage {
+                                name: Arc::from("app"),
+                                cpu_nanocores: 4_710_169 + i as u64,
+                                memory_bytes: 12_533_760,
+                                swap_bytes: None,
+                            },
+                            ContainerUsage {
+                                name: Arc::from("istio-proxy"),
+                                cpu_nanocores: 12_345_000,
+                                memory_bytes: 50_331_648 + (i as u64 % 7),
+                                swap_bytes: None,
+                            },
                         ]
                         .into(),
                     }),

@@ -10,9 +10,6 @@
 //! - [`scrape`]: the loop: schedule, bounded concurrency, timeouts, per-node results.
 //! - [`metrics`]: the scraper's self-metrics (`metrics_server_kubelet_*`, tick, storage points).
 //! - [`go`]: Go's `strconv.Quote` and `Duration.String()`, for text that must match Go's.
-//! - [`quantity`]: Go's canonical `resource.Quantity` strings of CPU and memory, which the
-//!   store keeps with each container's usage and the API writes; [`scratch`] appends the
-//!   short runs they (and the API's writers) build on the stack.
 
 #![warn(missing_docs)]
 
@@ -22,8 +19,6 @@ pub mod inventory;
 pub mod kubelet;
 pub mod metrics;
 pub mod point;
-pub mod quantity;
 pub mod scrape;
-pub mod scratch;
 pub mod selector;
 pub mod store;

@@ -158,12 +158,6 @@ fn write_usage(out: &mut Vec<u8>, cpu_nanocores: u64, memory_bytes: u64, swap_by
     write_cpu(out, cpu_nanocores);
     out.extend_from_slice(b"\",\"memory\":\"");
     write_memory(out, memory_bytes);
-    write_swap_and_end(out, swap_bytes);
-}
-
-/// The rest of a `ResourceList` after memory's string: swap where reported, then the end.
-#[inline]
-fn write_swap_and_end(out: &mut Vec<u8>, swap_bytes: Option<u64>) {
     if let Some(swap) = swap_bytes {
         out.extend_from_slice(b"\",\"swap\":\"");
         write_memory(out, swap);
@@ -233,11 +227,8 @@ pub fn write_pod_of(
         }
         out.extend_from_slice(b"{\"name\":");
         write_str(out, &c.name);
-        out.extend_from_slice(b",\"usage\":{\"cpu\":\"");
-        c.write_cpu(out);
-        out.extend_from_slice(b"\",\"memory\":\"");
-        c.write_memory(out);
-        write_swap_and_end(out, c.swap_bytes);
+        out.extend_from_slice(b",\"usage\":");
+        write_usage(out, c.cpu_nanocores, c.memory_bytes, c.swap_bytes);
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");

@@ -7,9 +7,8 @@
 //! - [`accept`] does `Accept` negotiation (JSON, protobuf, Table, PartialObjectMetadata,
 //!   discovery v2).
 //! - [`query`] decodes the query string decoding as Go's `url.ParseQuery`.
-//! - [`encode`], [`json`], [`time`] are the hand-written JSON writers; [`quantity`] (the
-//!   canonical quantity strings) and [`scratch`] (short runs built on the stack) come from the
-//!   scraper, whose store keeps each container's quantity strings with its usage.
+//! - [`encode`], [`json`], [`quantity`], [`time`] are the hand-written JSON writers;
+//!   [`scratch`] appends the short runs they (and [`proto`]) build on the stack.
 //! - [`proto`] writes the same objects in Kubernetes protobuf.
 //! - [`body`] streams list bodies; `respond` shapes an answer in the negotiated form;
 //!   `stream` writes a JSON pod list as it walks the inventory, a frame at a time.
@@ -24,13 +23,13 @@ pub mod json;
 pub mod metrics;
 pub mod openapi;
 pub mod proto;
+pub mod quantity;
 pub mod query;
 mod respond;
 pub mod routes;
+pub mod scratch;
 mod stream;
 pub mod time;
-
-pub use scraper::{quantity, scratch};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -213,35 +213,25 @@ fn put_duration(out: &mut Vec<u8>, tag: u32, ns: i64) {
 
 /// One resource of a `ResourceList`.
 #[derive(Clone, Copy)]
-enum Quantity<'a> {
+enum Quantity {
     /// CPU in nanocores (DecimalSI).
     Cpu(u64),
     /// Memory or swap in bytes (BinarySI).
     Bytes(u64),
-    /// A container's CPU, whose string the store keeps.
-    ContainerCpu(&'a ContainerUsage),
-    /// A container's memory, whose string the store keeps.
-    ContainerMemory(&'a ContainerUsage),
 }
 
-impl Quantity<'_> {
-    #[inline]
+impl Quantity {
     fn string_len(self) -> usize {
         match self {
             Quantity::Cpu(v) => cpu_len(v),
             Quantity::Bytes(v) => memory_len(v),
-            Quantity::ContainerCpu(c) => c.cpu_len(),
-            Quantity::ContainerMemory(c) => c.memory_len(),
         }
     }
 
-    #[inline]
     fn write(self, out: &mut Vec<u8>) {
         match self {
             Quantity::Cpu(v) => write_cpu(out, v),
             Quantity::Bytes(v) => write_memory(out, v),
-            Quantity::ContainerCpu(c) => c.write_cpu(out),
-            Quantity::ContainerMemory(c) => c.write_memory(out),
         }
     }
 }
@@ -249,17 +239,17 @@ impl Quantity<'_> {
 /// A `ResourceList` (`map<string, Quantity>`): `cpu`, `memory`, and `swap` only where the
 /// kubelet reported it, in key order.
 #[derive(Clone, Copy)]
-struct Resources<'a> {
-    cpu: Quantity<'a>,
-    memory: Quantity<'a>,
+struct Resources {
+    cpu_nanocores: u64,
+    memory_bytes: u64,
     swap_bytes: Option<u64>,
 }
 
-impl<'a> Resources<'a> {
-    fn of_container(c: &'a ContainerUsage) -> Self {
+impl Resources {
+    fn of_container(c: &ContainerUsage) -> Self {
         Resources {
-            cpu: Quantity::ContainerCpu(c),
-            memory: Quantity::ContainerMemory(c),
+            cpu_nanocores: c.cpu_nanocores,
+            memory_bytes: c.memory_bytes,
             swap_bytes: c.swap_bytes,
         }
     }
@@ -274,16 +264,16 @@ impl<'a> Resources<'a> {
     /// Every entry as repeated field `tag`.
     fn len(self, tag: u32) -> usize {
         let entry = |key: &str, q| field_len(tag, Self::entry_len(key, q));
-        entry("cpu", self.cpu)
-            + entry("memory", self.memory)
+        entry("cpu", Quantity::Cpu(self.cpu_nanocores))
+            + entry("memory", Quantity::Bytes(self.memory_bytes))
             + self
                 .swap_bytes
                 .map_or(0, |s| entry("swap", Quantity::Bytes(s)))
     }
 
     fn write(self, out: &mut Vec<u8>, tag: u32) {
-        Self::write_entry(out, tag, b"cpu", self.cpu);
-        Self::write_entry(out, tag, b"memory", self.memory);
+        Self::write_entry(out, tag, b"cpu", Quantity::Cpu(self.cpu_nanocores));
+        Self::write_entry(out, tag, b"memory", Quantity::Bytes(self.memory_bytes));
         if let Some(swap) = self.swap_bytes {
             Self::write_entry(out, tag, b"swap", Quantity::Bytes(swap));
         }
@@ -375,10 +365,10 @@ fn labels(labels: &Labels) -> Vec<u8> {
     out
 }
 
-fn node_resources(item: &NodeItem) -> Resources<'static> {
+fn node_resources(item: &NodeItem) -> Resources {
     Resources {
-        cpu: Quantity::Cpu(item.usage.cpu_nanocores),
-        memory: Quantity::Bytes(item.usage.memory_bytes),
+        cpu_nanocores: item.usage.cpu_nanocores,
+        memory_bytes: item.usage.memory_bytes,
         swap_bytes: item.usage.swap_bytes,
     }
 }
@@ -611,13 +601,11 @@ mod tests {
                 .map(|i| (Arc::from(format!("k{i:02}{long}")), Arc::from("v")))
                 .collect();
             let containers: Vec<ContainerUsage> = (0..next() % 4)
-                .map(|i| {
-                    ContainerUsage::new(
-                        Arc::from(format!("c{i}{}", &long[..long.len().min(round % 200)])),
-                        next() >> (next() % 64),
-                        next() >> (next() % 64),
-                        (next() % 2 == 0).then(|| next() >> (next() % 64)),
-                    )
+                .map(|i| ContainerUsage {
+                    name: Arc::from(format!("c{i}{}", &long[..long.len().min(round % 200)])),
+                    cpu_nanocores: next() >> (next() % 64),
+                    memory_bytes: next() >> (next() % 64),
+                    swap_bytes: (next() % 2 == 0).then(|| next() >> (next() % 64)),
                 })
                 .collect();
             let ts = next() as i64;

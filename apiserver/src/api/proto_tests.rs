@@ -44,8 +44,18 @@ fn with_swap() -> Fake {
     let (record, u) = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
     let mut u = (*u.unwrap()).clone();
     u.containers = vec![
-        ContainerUsage::new(Arc::from("a"), 1_000_000, 1 << 20, Some(0)),
-        ContainerUsage::new(Arc::from("b"), u64::MAX, u64::MAX, None),
+        ContainerUsage {
+            name: Arc::from("a"),
+            cpu_nanocores: 1_000_000,
+            memory_bytes: 1 << 20,
+            swap_bytes: Some(0),
+        },
+        ContainerUsage {
+            name: Arc::from("b"),
+            cpu_nanocores: u64::MAX,
+            memory_bytes: u64::MAX,
+            swap_bytes: None,
+        },
     ]
     .into();
     f.pods.insert(

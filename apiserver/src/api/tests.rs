@@ -72,7 +72,12 @@ impl Fake {
                 window_ns: 15_012_000_000,
                 containers: cs
                     .iter()
-                    .map(|(n, cpu, mem)| ContainerUsage::new(Arc::from(*n), *cpu, *mem, None))
+                    .map(|(n, cpu, mem)| ContainerUsage {
+                        name: Arc::from(*n),
+                        cpu_nanocores: *cpu,
+                        memory_bytes: *mem,
+                        swap_bytes: None,
+                    })
                     .collect(),
             })
         });
@@ -353,8 +358,18 @@ fn swap_is_served_only_where_the_kubelet_reported_it() {
     let mut pod = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
     let mut u = (*pod.1.clone().unwrap()).clone();
     u.containers = vec![
-        ContainerUsage::new(Arc::from("a"), 1_000_000, 1 << 20, Some(0)),
-        ContainerUsage::new(Arc::from("b"), 1_000_000, 1 << 20, None),
+        ContainerUsage {
+            name: Arc::from("a"),
+            cpu_nanocores: 1_000_000,
+            memory_bytes: 1 << 20,
+            swap_bytes: Some(0),
+        },
+        ContainerUsage {
+            name: Arc::from("b"),
+            cpu_nanocores: 1_000_000,
+            memory_bytes: 1 << 20,
+            swap_bytes: None,
+        },
     ]
     .into();
     pod.1 = Some(Arc::new(u));

@@ -86,7 +86,12 @@ fn usage(ts: i64, window_ns: i64, cpu_nanocores: u64, memory_bytes: u64) -> Usag
 }
 
 fn container_usage(name: &str, cpu_nanocores: u64, memory_bytes: u64) -> ContainerUsage {
-    ContainerUsage::new(Arc::from(name), cpu_nanocores, memory_bytes, None)
+    ContainerUsage {
+        name: Arc::from(name),
+        cpu_nanocores,
+        memory_bytes,
+        swap_bytes: None,
+    }
 }
 
 fn names(pod: &PodUsage) -> Vec<&str> {

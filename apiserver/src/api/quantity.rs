@@ -7,7 +7,7 @@
 
 use std::ops::{DivAssign, Mul, MulAssign, Rem};
 
-use crate::scratch::append_prefix;
+use super::scratch::append_prefix;
 
 /// Decimal SI suffixes by exponent / 3, from 10^-9 (`n`) to 10^18 (`E`).
 const DECIMAL_SUFFIXES: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
@@ -48,48 +48,29 @@ pub fn write_memory_bytes(out: &mut Vec<u8>, bytes: u128) {
 
 /// CPU from a raw `u64` count of nanocores, as metrics-server's `uint64Quantity`.
 pub fn write_cpu(out: &mut Vec<u8>, nanocores: u64) {
-    let mut buf = [0u8; SHORT];
-    match cpu_into(&mut buf, nanocores) {
-        Some(n) => append_prefix(out, &buf, n),
-        None => write_cpu_nanocores(out, go_uint64(nanocores)),
-    }
-}
-
-/// [`write_cpu`]'s string at the front of `buf`, and its length; `None` beyond
-/// `u64::MAX / 100` nanocores (the long path, which [`write_cpu`] takes).
-#[inline]
-pub fn cpu_into(buf: &mut [u8; SHORT], nanocores: u64) -> Option<usize> {
     // Up to `u64::MAX / 100` (below `i64::MAX`: no digit dropped) in u64 arithmetic.
-    (nanocores <= u64::MAX / 100).then(|| decimal_si_u64_into(buf, nanocores, -9))
+    if nanocores <= u64::MAX / 100 {
+        write_decimal_si_u64(out, nanocores, -9);
+        return;
+    }
+    write_cpu_nanocores(out, go_uint64(nanocores));
 }
 
 /// Memory from a raw `u64` count of bytes, as metrics-server's `uint64Quantity`.
 pub fn write_memory(out: &mut Vec<u8>, bytes: u64) {
-    let mut buf = [0u8; SHORT];
-    match memory_into(&mut buf, bytes) {
-        Some(n) => append_prefix(out, &buf, n),
-        None => write_memory_bytes(out, go_uint64(bytes)),
+    // At or above 1024 and up to `i64::MAX` (exact) in u64 arithmetic.
+    if (1024..=i64::MAX as u64).contains(&bytes) {
+        let (amount, power) = binary_si(bytes);
+        let mut buf = [0u8; SHORT];
+        let mut n = digits_into(&mut buf, amount);
+        for &b in BINARY_SUFFIXES[power].as_bytes() {
+            buf[n] = b;
+            n += 1;
+        }
+        append_prefix(out, &buf, n);
+        return;
     }
-}
-
-/// [`write_memory`]'s string at the front of `buf`, and its length; `None` above
-/// `i64::MAX` bytes (the long path, which [`write_memory`] takes).
-#[inline]
-pub fn memory_into(buf: &mut [u8; SHORT], bytes: u64) -> Option<usize> {
-    if bytes < 1024 {
-        // DecimalSI below 1024 (`write_memory_bytes`), exact.
-        return Some(decimal_si_u64_into(buf, bytes, 0));
-    }
-    if bytes > i64::MAX as u64 {
-        return None;
-    }
-    let (amount, power) = binary_si(bytes);
-    let mut n = digits_into(buf, amount);
-    for &b in BINARY_SUFFIXES[power].as_bytes() {
-        buf[n] = b;
-        n += 1;
-    }
-    Some(n)
+    write_memory_bytes(out, go_uint64(bytes));
 }
 
 /// `bytes` as `amount` x 1024^`power` with as many factors of 1024 taken out as a suffix
@@ -199,20 +180,13 @@ fn write_decimal_si(out: &mut Vec<u8>, mantissa: u128, scale: i32) {
 
 /// [`write_decimal_si`] for mantissas up to `u64::MAX / 100` (the x100 cannot overflow).
 fn write_decimal_si_u64(out: &mut Vec<u8>, mantissa: u64, scale: i32) {
-    let mut buf = [0u8; SHORT];
-    let n = decimal_si_u64_into(&mut buf, mantissa, scale);
-    append_prefix(out, &buf, n);
-}
-
-/// [`write_decimal_si_u64`]'s string at the front of `buf`, and its length.
-#[inline]
-fn decimal_si_u64_into(buf: &mut [u8; SHORT], mantissa: u64, scale: i32) -> usize {
     if mantissa == 0 {
-        buf[0] = b'0';
-        return 1;
+        out.push(b'0');
+        return;
     }
     let (amount, exponent) = canonical(mantissa, scale);
-    let mut n = digits_into(buf, amount);
+    let mut buf = [0u8; SHORT];
+    let mut n = digits_into(&mut buf, amount);
     // Exponents stay within -9..=18 for these inputs; every suffix is one byte or none.
     if let Some(&[suffix]) = DECIMAL_SUFFIXES
         .get((exponent / 3 + 3) as usize)
@@ -221,7 +195,7 @@ fn decimal_si_u64_into(buf: &mut [u8; SHORT], mantissa: u64, scale: i32) -> usiz
         buf[n] = suffix;
         n += 1;
     }
-    n
+    append_prefix(out, &buf, n);
 }
 
 /// A non-zero `amount` x 10^`exponent` with the factors of ten stripped into the exponent,
@@ -291,7 +265,7 @@ const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 8081828384858687888990919293949596979899";
 
 /// The scratch of one short string: 20 digits of a `u64` and a suffix of up to 2 bytes.
-pub const SHORT: usize = 24;
+const SHORT: usize = 24;
 
 /// The decimal digits of `v` at the front of `buf`, two at a time; returns how many.
 #[inline]
