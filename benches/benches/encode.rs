@@ -31,7 +31,7 @@ use futures::FutureExt as _;
 use http_body::Body as _;
 use prometheus_client::registry::Registry;
 use prost::Message as _;
-use scraper::inventory::{Inventory, Labels, NodeRecord, PodRecord, VISIT_BATCH};
+use scraper::inventory::{Inventory, Labels, NodeRecord, PodRecord};
 use scraper::point::{
     ContainerSample, ContainerUsage, NodeName, NodeScrape, PodKey, PodUsage, Sample, Usage,
 };
@@ -201,17 +201,7 @@ impl Source for Memory {
         max: usize,
         visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
     ) -> Option<PodKey> {
-        let start = after.map_or(0, |a| self.pods.partition_point(|p| p.key <= *a));
-        let step: Vec<&Arc<PodRecord>> = self.pods[start..]
-            .iter()
-            .filter(|p| namespace.is_none_or(|ns| &*p.key.namespace == ns))
-            .take(max.max(1))
-            .collect();
-        step.chunks(VISIT_BATCH).for_each(visit);
-        match step.last() {
-            Some(last) if step.len() == max.max(1) => Some(last.key.clone()),
-            _ => None,
-        }
+        apiserver::api::visit_sorted_pods_after(&self.pods, namespace, after, max, visit)
     }
 }
 

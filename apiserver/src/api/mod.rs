@@ -99,7 +99,8 @@ pub trait Source: Send + Sync + 'static {
     /// last key visited when it stopped at `max` (the next call resumes after it), `None`
     /// when no pod is left (`max` is at least 1). A streamed list reads a frame's worth per
     /// call. By default from a sorted copy of [`Source::pods`] per call, which is enough for
-    /// a small source; a large one walks in place.
+    /// a small source; a large one walks in place (one that keeps a sorted vector, with
+    /// [`visit_sorted_pods_after`]).
     fn visit_pods_after(
         &self,
         namespace: Option<&str>,
@@ -111,13 +112,8 @@ pub trait Source: Send + Sync + 'static {
         if !self.pods_sorted() {
             pods.sort_by(|a, b| a.key.cmp(&b.key));
         }
-        let start = after.map_or(0, |a| pods.partition_point(|p| p.key <= *a));
-        let end = start.saturating_add(max.max(1)).min(pods.len());
-        scraper::inventory::in_batches(&pods[start..end], visit);
-        match end.checked_sub(1) {
-            Some(last) if end < pods.len() => pods.get(last).map(|p| p.key.clone()),
-            _ => None,
-        }
+        // Already only the namespace's pods.
+        visit_sorted_pods_after(&pods, None, after, max, visit)
     }
     /// A pod by namespace and name.
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>>;
@@ -150,6 +146,33 @@ pub trait Source: Send + Sync + 'static {
     /// Loads what [`Source::record_usage`] will read for `record` and discards it; a list
     /// calls it for a batch of records ahead, so their cache misses overlap.
     fn warm(&self, _record: &PodRecord) {}
+}
+
+/// [`Source::visit_pods_after`] over `pods` sorted by namespace then name: binary searches
+/// for `namespace`'s run (all of `pods` when `None`) and for the first pod after `after`,
+/// then up to `max` pods from there, in batches. For sources that keep a sorted vector.
+pub fn visit_sorted_pods_after(
+    pods: &[Arc<PodRecord>],
+    namespace: Option<&str>,
+    after: Option<&PodKey>,
+    max: usize,
+    visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
+) -> Option<PodKey> {
+    let pods = match namespace {
+        Some(ns) => {
+            let from = pods.partition_point(|p| &*p.key.namespace < ns);
+            let to = pods.partition_point(|p| &*p.key.namespace <= ns);
+            pods.get(from..to).unwrap_or_default()
+        }
+        None => pods,
+    };
+    let start = after.map_or(0, |a| pods.partition_point(|p| p.key <= *a));
+    let end = start.saturating_add(max.max(1)).min(pods.len());
+    scraper::inventory::in_batches(pods.get(start..end).unwrap_or_default(), visit);
+    match end.checked_sub(1) {
+        Some(last) if end < pods.len() => pods.get(last).map(|p| p.key.clone()),
+        _ => None,
+    }
 }
 
 /// The real source: the inventory for existence and labels, the store for usage.

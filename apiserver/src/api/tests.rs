@@ -1123,3 +1123,47 @@ fn large_cluster_list_is_streamed_in_bounded_frames() {
     assert_eq!(t.json()["rows"].as_array().unwrap().len(), 20_000);
     assert_eq!(t.json()["rows"][0]["cells"][1], "5710169n");
 }
+
+/// Walking a sorted vector in steps of any size visits exactly the pods of the namespace
+/// asked for (all, one, or one that does not exist), in order, each once, at most `max` per
+/// step, and says when it is done.
+#[test]
+fn sorted_pods_walk_in_steps_as_one_visit() {
+    let mut pods: Vec<Arc<PodRecord>> = [("a", 5), ("b", 1), ("c", 9)]
+        .into_iter()
+        .flat_map(|(ns, n)| (0..n).map(move |i| (ns, i)))
+        .map(|(ns, i)| {
+            Arc::new(PodRecord {
+                usage: scraper::store::UsageLink::new(),
+                key: PodKey::new(ns, &format!("p{i}")),
+                labels: Labels::default(),
+                node_name: None,
+            })
+        })
+        .collect();
+    pods.sort_by(|a, b| a.key.cmp(&b.key));
+    for namespace in [None, Some("a"), Some("b"), Some("c"), Some("bb"), Some("z")] {
+        let want: Vec<PodKey> = pods
+            .iter()
+            .filter(|p| namespace.is_none_or(|ns| &*p.key.namespace == ns))
+            .map(|p| p.key.clone())
+            .collect();
+        for max in 1..=16 {
+            let mut got = Vec::new();
+            let mut after = None;
+            for _ in 0..=pods.len() {
+                let mut step = 0;
+                after = visit_sorted_pods_after(&pods, namespace, after.as_ref(), max, &mut |b| {
+                    step += b.len();
+                    got.extend(b.iter().map(|p| p.key.clone()));
+                });
+                assert!(step <= max, "{step} pods in a step of {max}");
+                if after.is_none() {
+                    break;
+                }
+            }
+            assert!(after.is_none(), "{namespace:?}, max {max}: never done");
+            assert_eq!(got, want, "{namespace:?}, max {max}");
+        }
+    }
+}

@@ -34,11 +34,12 @@ mod tests;
 ///
 /// Cloning shares the set. Equality and hashing are those of the pairs.
 #[derive(Clone)]
-pub struct Labels(Arc<LabelPairs>);
+pub struct Labels(Arc<SharedLabels>);
 
-/// What a [`Labels`] shares: the pairs and, once asked for, each [`Encoding`] of them.
+/// What the holders of a [`Labels`] share: the pairs and, once asked for, each
+/// [`Encoding`] of them.
 #[derive(Default)]
-struct LabelPairs {
+struct SharedLabels {
     pairs: Box<[(Arc<str>, Arc<str>)]>,
     encoded: [OnceLock<Box<[u8]>>; Encoding::COUNT],
 }
@@ -66,7 +67,7 @@ impl Labels {
         if pairs.is_empty() {
             return Labels::default();
         }
-        Labels(Arc::new(LabelPairs {
+        Labels(Arc::new(SharedLabels {
             pairs,
             encoded: Default::default(),
         }))
