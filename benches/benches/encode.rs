@@ -130,7 +130,6 @@ impl Memory {
                 m.pod_usage.insert(
                     key.name.as_ptr() as usize,
                     Arc::new(PodUsage {
-                        node: NodeName::from(name.as_str()),
                         timestamp_ns: NOW_NS - 7_000_000_000,
                         window_ns: 15_012_000_000,
                         containers: vec![
@@ -536,6 +535,46 @@ fn repeat<S: Source>(
     total
 }
 
+/// `ENCODE_FORMAT=walk` (with `ENCODE_SOURCE=store`): what a streamed list reads of each
+/// pod (record, name, usage slot, usage) in the same batches, without writing anything:
+/// the list's memory cost alone.
+fn walk(live: &Live, iters: u32) {
+    for _ in 0..iters {
+        let started = std::time::Instant::now();
+        let (mut after, mut pods, mut sum) = (None, 0usize, 0u64);
+        loop {
+            let next = live
+                .inventory
+                .visit_pods_after(None, after.as_ref(), 64, |records| {
+                    for record in records {
+                        std::hint::black_box(record.key.name.as_bytes().first());
+                    }
+                    for record in records {
+                        record.usage.warm();
+                    }
+                    let pairs: Vec<_> = records.iter().map(|r| (&r.usage, &r.key)).collect();
+                    let mut out = vec![None; pairs.len()];
+                    live.store.pods_linked(&pairs, NOW_NS, &mut out);
+                    for (record, usage) in records.iter().zip(&out) {
+                        pods += 1;
+                        sum += record.key.name.len() as u64;
+                        if let Some(u) = usage {
+                            sum += u.containers.iter().map(|c| c.memory_bytes).sum::<u64>();
+                        }
+                    }
+                });
+            match next {
+                Some(key) => after = Some(key),
+                None => break,
+            }
+        }
+        eprintln!(
+            "walk: {pods} pods in {:.1} ms ({sum})",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}
+
 /// This thread's CPU time so far in ns (`/proc/thread-self/schedstat`, first field).
 fn thread_cpu_ns() -> Option<u64> {
     std::fs::read_to_string("/proc/thread-self/schedstat")
@@ -646,7 +685,9 @@ fn owned_prost_list(m: &Memory) -> Vec<u8> {
 /// some kernels count in scheduler ticks: wall is the finer figure on an idle core); as JSON, or
 /// as protobuf with `ENCODE_FORMAT=protobuf` (`ENCODE_FORMAT=prost-owned`: the owned-struct
 /// encoder); with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the
-/// fake, and with `ENCODE_GZIP=<level>` gzip-encoded at that level.
+/// fake, and with `ENCODE_GZIP=<level>` gzip-encoded at that level. `ENCODE_NODES=<n>` sizes
+/// the cluster (30 pods per node; 5,000 unless set): a small one stays in the caches, so the
+/// per-pod time of the two sizes tells the list's compute from its memory misses.
 /// `ENCODE_DUMP=<file>` writes the store list's identity JSON there (to compare the gzip
 /// bytes with other compressors) and exits.
 fn main() {
@@ -688,12 +729,20 @@ fn main() {
         }
         let parts = request("/apis/metrics.k8s.io/v1beta1/pods", accept);
         let store = std::env::var("ENCODE_SOURCE").is_ok_and(|s| s == "store");
+        let nodes = std::env::var("ENCODE_NODES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(5_000);
+        if store && format == "walk" {
+            walk(&live(nodes, 30), iters);
+            return;
+        }
         let total = if store {
-            let h = Handler::new(live(5_000, 30), LabelSelector::default(), &mut registry);
+            let h = Handler::new(live(nodes, 30), LabelSelector::default(), &mut registry);
             repeat(&h, &parts, iters, gzip_level)
         } else {
             let h = Handler::new(
-                Memory::new(5_000, 30),
+                Memory::new(nodes, 30),
                 LabelSelector::default(),
                 &mut registry,
             );

@@ -146,8 +146,6 @@ pub struct ContainerUsage {
 /// A pod's usage: every container with data, and the time info of its earliest container.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodUsage {
-    /// The node whose kubelet reported the pod.
-    pub node: NodeName,
     /// Timestamp of the container with the earliest timestamp, Unix ns (metrics-server
     /// `pkg/storage/pod.go`).
     pub timestamp_ns: i64,

@@ -617,7 +617,6 @@ mod tests {
                     node_name: None,
                 }),
                 usage: Arc::new(PodUsage {
-                    node: NodeName::from("n"),
                     timestamp_ns: ts,
                     window_ns: next() as i64,
                     containers: containers.clone().into(),

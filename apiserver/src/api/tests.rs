@@ -67,7 +67,6 @@ impl Fake {
         };
         let usage = containers.map(|cs| {
             Arc::new(PodUsage {
-                node: NodeName::from("n1"),
                 timestamp_ns: TS,
                 window_ns: 15_012_000_000,
                 containers: cs

@@ -311,7 +311,6 @@ impl PodEntry {
             .collect();
         let earliest = earliest?;
         Some(Arc::new(PodUsage {
-            node: self.node.clone(),
             timestamp_ns: earliest.timestamp_ns,
             window_ns: earliest.window_ns,
             containers,

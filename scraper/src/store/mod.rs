@@ -508,6 +508,14 @@ impl Store {
         readiness
     }
 
+    /// The node that owns a pod's entry (the one whose scrapes it is taken from).
+    #[cfg(test)]
+    pub(crate) fn owner(&self, namespace: &str, name: &str) -> Option<NodeName> {
+        self.pods
+            .get(pod_view(&(namespace, name)))
+            .map(|entry| entry.node.clone())
+    }
+
     /// Entries held, servable or not: (nodes, pods). What the store's memory grows with.
     #[cfg(test)]
     pub(crate) fn entries(&self) -> (usize, usize) {

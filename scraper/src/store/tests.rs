@@ -218,7 +218,6 @@ fn pod_not_fresh_needs_two_batches() {
     let pod = store
         .pod("ns", "pod1", t2)
         .expect("pod has usage after two batches");
-    assert_eq!(pod.node, n);
     assert_eq!((pod.timestamp_ns, pod.window_ns), (t2, 5 * SECOND));
     assert_eq!(
         &*pod.containers,
@@ -981,7 +980,7 @@ fn pod_moving_between_nodes_is_first_writer_wins_while_the_owner_is_fresh() {
     let from_b = store.ingest(&b, &pod_at(t, 500), t);
     assert_eq!(from_b.pods_with_usage, 0);
     let pod = store.pod("ns", "pod1", t).expect("still node-a's");
-    assert_eq!(pod.node, a);
+    assert_eq!(store.owner("ns", "pod1"), Some(a.clone()));
     assert_eq!(
         &*pod.containers,
         &[container_usage("c1", 1_000_000_000, MIB)]
@@ -995,15 +994,15 @@ fn pod_moving_between_nodes_is_first_writer_wins_while_the_owner_is_fresh() {
     let pod = store
         .pod("ns", "pod1", T0 + 40 * SECOND)
         .expect("node-b's now");
-    assert_eq!(pod.node, b);
+    assert_eq!(store.owner("ns", "pod1"), Some(b.clone()));
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("c1", 1_000_000_000, MIB)]
+    );
     // node-a's later scrapes do not take it back or remove it.
     store.ingest(&a, &NodeScrape::default(), T0 + 41 * SECOND);
-    assert_eq!(
-        store
-            .pod("ns", "pod1", T0 + 41 * SECOND)
-            .map(|p| p.node.clone()),
-        Some(b)
-    );
+    assert!(store.pod("ns", "pod1", T0 + 41 * SECOND).is_some());
+    assert_eq!(store.owner("ns", "pod1"), Some(b));
 }
 
 #[test]
@@ -1022,7 +1021,7 @@ fn pod_of_a_stale_owner_is_taken_over_without_its_history() {
     let t2 = later + 15 * SECOND;
     ingest_c1(&store, &b, sample(t2, start, 5 * CORE_SECOND, MIB));
     let pod = store.pod("ns", "pod1", t2).expect("node2 owns it");
-    assert_eq!(pod.node, b);
+    assert_eq!(store.owner("ns", "pod1"), Some(b));
     assert_eq!(&*pod.containers, &[container_usage("c1", 200_000_000, MIB)]);
     // node1 is removed later: node2's pod stays.
     store.remove_node("node1");
@@ -1148,7 +1147,14 @@ fn concurrent_ingests_and_reads_stay_consistent() {
                             );
                             if let Some(pod) = pod {
                                 seen += 1;
-                                assert_eq!(pod.node.as_str(), node);
+                                let owner = store.owner(
+                                    &format!("ns-{w}"),
+                                    &format!("pod-{n}-{}", (n + r) % PODS),
+                                );
+                                assert_eq!(
+                                    owner.as_ref().map(NodeName::as_str),
+                                    Some(node.as_str())
+                                );
                                 assert_eq!(names(&pod), ["a", "b"]);
                                 assert!(
                                     pod.containers
@@ -1325,9 +1331,10 @@ fn a_link_to_a_dropped_pod_stops_serving_and_falls_back_to_a_lookup() {
     let back = store.pod_linked(&link, "ns", "pod1", t3 + 5 * SECOND);
     assert_eq!(back, store.pod("ns", "pod1", t3 + 5 * SECOND));
     assert_eq!(
-        back.map(|p| (p.node.clone(), p.containers[0].cpu_nanocores)),
-        Some((n2, 3 * CORE_SECOND))
+        back.map(|p| p.containers[0].cpu_nanocores),
+        Some(3 * CORE_SECOND)
     );
+    assert_eq!(store.owner("ns", "pod1"), Some(n2));
 }
 
 #[test]
