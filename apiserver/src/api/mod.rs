@@ -676,9 +676,11 @@ impl<S: Source> Handler<S> {
     }
 }
 
-/// The pods of a batch of `records` that `namespace` and `q` select and that have usage,
-/// each handed to `each` with its usage, in order: what every pod list reads per batch. The
-/// batch's records and slots are loaded at once (independent loads whose misses overlap),
+/// The pods of a batch of `records` that `namespace` and `q`'s field selector select and
+/// that have usage, each handed to `each` with its usage, in order: what every pod list reads
+/// per batch. `q`'s label selector is the visit's to apply ([`Source::visit_pods`] hands over
+/// only the pods it matches, through the inventory's label index; a streamed list has none),
+/// so no pod's labels are matched twice. The batch's records and slots are loaded at once (independent loads whose misses overlap),
 /// before the reads that take locks; then the batch's usage is read together.
 fn select_batch<S: Source + ?Sized>(
     source: &S,
@@ -695,7 +697,6 @@ fn select_batch<S: Source + ?Sized>(
         .filter(|record| {
             let key = &record.key;
             namespace.is_none_or(|ns| *key.namespace == *ns)
-                && q.labels.matches(&record.labels)
                 && q.fields.matches(&key.name, &key.namespace)
         })
         .collect();

@@ -67,6 +67,7 @@ impl<S: Source> PodStream<S> {
         ctx: Ctx,
         now_ns: i64,
     ) -> Self {
+        debug_assert!(query.labels.is_empty(), "a streamed list walks every pod");
         let mut head = Vec::with_capacity(128);
         list_head(&mut head, "PodMetricsList", ctx.api_version);
         head.push(b'[');

@@ -326,14 +326,16 @@ impl Namespace {
     fn matching(&self, selector: &LabelSelector, out: &mut Vec<Arc<PodRecord>>) {
         let narrowest = selector
             .required_values()
-            .map(|(key, values)| self.index.candidates(key, values))
-            .min_by_key(|(count, _)| *count);
+            .map(|(key, values)| (key, values, self.index.candidates(key, values)))
+            .min_by_key(|(_, _, (count, _))| *count);
         match narrowest {
-            Some((_, candidates)) => {
+            Some((key, values, (_, candidates))) => {
+                // The candidates meet the requirement they were found by: only the others
+                // are checked (an HPA's one-label selector reads no labels at all).
                 let start = out.len();
                 out.extend(
                     candidates
-                        .filter(|pod| selector.matches(&pod.labels))
+                        .filter(|pod| selector.matches_besides(&pod.labels, key, values))
                         .cloned(),
                 );
                 out[start..].sort_by(|a, b| a.key.name.cmp(&b.key.name));

@@ -532,6 +532,10 @@ mod index_props {
         "app notin (a1)",
         "!tier",
         "app=a9",
+        "app=a0,app=a1",
+        "app in (a0,a1),app!=a1",
+        "app=a0,app in (a0,a2)",
+        "app in (a0,a2),tier in (t0)",
     ];
 
     proptest! {

@@ -572,6 +572,25 @@ impl LabelSelector {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
+    /// [`LabelSelector::matches`] of labels already known to meet the requirement
+    /// `key` with one of `values` (one that [`LabelSelector::required_values`] gave, whose
+    /// pods a label index handed over): that requirement is not checked again, the others
+    /// are. A selector of that one requirement matches without reading the labels.
+    pub fn matches_besides(&self, labels: &Labels, key: &str, values: &[String]) -> bool {
+        let mut skipped = false;
+        self.requirements.iter().all(|r| {
+            if !skipped
+                && matches!(r.op, Op::In | Op::Equals | Op::DoubleEquals)
+                && r.key == key
+                && r.values == values
+            {
+                skipped = true;
+                return true;
+            }
+            r.matches(labels)
+        })
+    }
+
     /// Selects everything.
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
