@@ -137,15 +137,16 @@ fn json_labels(labels: &Labels) -> Vec<u8> {
     out
 }
 
-/// `,"timestamp":"…","window":"…"`; the part up to the window's value is one append.
-fn write_time_window(out: &mut Vec<u8>, timestamp_ns: i64, window_ns: i64) {
+/// `,"timestamp":"…","window":"…"` of the timestamp's RFC 3339 `stamp`; the part up to the
+/// window's value is one append.
+fn write_time_window(out: &mut Vec<u8>, stamp: &[u8; 20], window_ns: i64) {
     const KEY: &[u8] = b",\"timestamp\":\"";
     const NEXT: &[u8] = b"\",\"window\":\"";
     let mut head = [0u8; KEY.len() + 20 + NEXT.len()];
     let (key, rest) = head.split_at_mut(KEY.len());
     key.copy_from_slice(KEY);
     let (time, next) = rest.split_at_mut(20);
-    time.copy_from_slice(&rfc3339(timestamp_ns));
+    time.copy_from_slice(stamp);
     next.copy_from_slice(NEXT);
     out.extend_from_slice(&head);
     write_go_duration(out, window_ns);
@@ -189,7 +190,8 @@ pub fn write_node(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem, type_meta: bool
         None,
         &item.record.labels,
     );
-    write_time_window(out, item.usage.timestamp_ns, item.usage.window_ns);
+    let stamp = rfc3339(item.usage.timestamp_ns);
+    write_time_window(out, &stamp, item.usage.window_ns);
     out.extend_from_slice(b",\"usage\":");
     write_usage(
         out,
@@ -213,6 +215,20 @@ pub fn write_pod_of(
     usage: &PodUsage,
     type_meta: bool,
 ) {
+    let stamp = rfc3339(usage.timestamp_ns);
+    write_pod_stamped(out, ctx, record, usage, type_meta, &stamp);
+}
+
+/// [`write_pod_of`] with the usage timestamp's RFC 3339 `stamp` given (a streamed list keeps
+/// the few it meets in [`super::time::Stamps`]).
+pub fn write_pod_stamped(
+    out: &mut Vec<u8>,
+    ctx: &Ctx,
+    record: &PodRecord,
+    usage: &PodUsage,
+    type_meta: bool,
+    stamp: &[u8; 20],
+) {
     out.push(b'{');
     if type_meta {
         write_type_meta(out, "PodMetrics", ctx.api_version);
@@ -220,7 +236,7 @@ pub fn write_pod_of(
     out.extend_from_slice(b"\"metadata\":");
     let key = &record.key;
     write_meta(out, ctx, &key.name, Some(&key.namespace), &record.labels);
-    write_time_window(out, usage.timestamp_ns, usage.window_ns);
+    write_time_window(out, stamp, usage.window_ns);
     out.extend_from_slice(b",\"containers\":[");
     for (i, c) in usage.containers.iter().enumerate() {
         if i > 0 {

@@ -20,6 +20,7 @@ use super::body::{CHUNK_BYTES, FRAME_SLACK_BYTES, Frames, Streamed};
 use super::encode::{self, Ctx};
 use super::metrics::Freshness;
 use super::respond::list_head;
+use super::time::Stamps;
 use super::{ListQuery, Source, select_batch};
 use crate::body::Body;
 
@@ -42,6 +43,8 @@ pub(super) struct PodStream<S> {
     after: Option<PodKey>,
     /// Items written so far (a comma goes before every one but the first).
     written: usize,
+    /// The usage timestamps' RFC 3339 strings met so far.
+    stamps: Stamps,
     done: bool,
 }
 
@@ -81,6 +84,7 @@ impl<S: Source> PodStream<S> {
             head,
             after: None,
             written: 0,
+            stamps: Stamps::default(),
             done: false,
         }
     }
@@ -114,6 +118,7 @@ impl<S: Source> Frames for PodStream<S> {
             head,
             after,
             written,
+            stamps,
             done,
         } = self;
         let (namespace, now_ns) = (namespace.as_deref(), *now_ns);
@@ -141,7 +146,8 @@ impl<S: Source> Frames for PodStream<S> {
                         if *written > 0 {
                             out.push(b',');
                         }
-                        encode::write_pod_of(out, ctx, record, &usage, false);
+                        let stamp = stamps.get(usage.timestamp_ns);
+                        encode::write_pod_stamped(out, ctx, record, &usage, false, &stamp);
                         *written += 1;
                     },
                 );

@@ -99,6 +99,36 @@ pub fn rfc3339(unix_ns: i64) -> [u8; 20] {
     ]
 }
 
+/// How many seconds [`Stamps`] keeps: more than the seconds a list's pods fall on (they were
+/// scraped within the staleness bound, two resolutions).
+const STAMP_SLOTS: usize = 64;
+
+/// [`rfc3339`] of recently asked whole seconds, kept by a writer of many objects: the pods of
+/// a list were scraped within a few periods, so their timestamps fall on a few dozen seconds
+/// and each is formatted about once per list. One slot per second modulo [`STAMP_SLOTS`].
+#[derive(Clone, Debug)]
+pub struct Stamps([(i64, [u8; 20]); STAMP_SLOTS]);
+
+impl Default for Stamps {
+    fn default() -> Self {
+        // No instant floors to `i64::MIN` seconds: every slot starts empty.
+        Stamps([(i64::MIN, [0; 20]); STAMP_SLOTS])
+    }
+}
+
+impl Stamps {
+    /// [`rfc3339`] of `unix_ns`.
+    #[inline]
+    pub fn get(&mut self, unix_ns: i64) -> [u8; 20] {
+        let secs = unix_ns.div_euclid(NS_PER_S);
+        let slot = &mut self.0[secs.rem_euclid(STAMP_SLOTS as i64) as usize];
+        if slot.0 != secs {
+            *slot = (secs, rfc3339(unix_ns));
+        }
+        slot.1
+    }
+}
+
 /// Writes Go's `time.RFC1123` (`Mon, 02 Jan 2006 15:04:05 UTC`) for a UTC Unix time.
 pub fn write_rfc1123(out: &mut Vec<u8>, unix_ns: i64) {
     const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
@@ -125,6 +155,36 @@ mod tests {
 
     fn rfc(ns: i64) -> String {
         String::from_utf8(rfc3339(ns).to_vec()).unwrap()
+    }
+
+    /// Kept stamps are those of the second asked, whatever was asked before: seconds that
+    /// share a slot, nanoseconds within one second, instants before 1970, the extremes.
+    #[test]
+    fn stamps_are_the_seconds_asked() {
+        let mut stamps = Stamps::default();
+        let base = 1_715_611_601 * NS_PER_S;
+        let slots = STAMP_SLOTS as i64;
+        let mut asked = Vec::new();
+        for round in 0..3 {
+            for s in [0, 1, slots, 2 * slots, 1, slots + 1, -1, -slots] {
+                for frac in [0, 1, NS_PER_S - 1] {
+                    asked.push(base + s * NS_PER_S + frac + round);
+                }
+            }
+        }
+        asked.extend([
+            i64::MIN,
+            i64::MIN + 1,
+            -1,
+            0,
+            1,
+            i64::MAX,
+            -NS_PER_S,
+            i64::MIN,
+        ]);
+        for ns in asked {
+            assert_eq!(stamps.get(ns), rfc3339(ns), "{ns}");
+        }
     }
 
     #[test]
