@@ -680,8 +680,9 @@ impl<S: Source> Handler<S> {
 /// that have usage, each handed to `each` with its usage, in order: what every pod list reads
 /// per batch. `q`'s label selector is the visit's to apply ([`Source::visit_pods`] hands over
 /// only the pods it matches, through the inventory's label index; a streamed list has none),
-/// so no pod's labels are matched twice. The batch's records and slots are loaded at once (independent loads whose misses overlap),
-/// before the reads that take locks; then the batch's usage is read together.
+/// so no pod's labels are matched twice. The batch's records and slots are loaded at once
+/// (independent loads whose misses overlap), before the reads that take locks; then the
+/// batch's usage is read together.
 fn select_batch<S: Source + ?Sized>(
     source: &S,
     records: &[&Arc<PodRecord>],

@@ -2,10 +2,6 @@
 //! independent messages of `tests/it/k8s_proto.rs` and compared with the JSON answer to the
 //! same request.
 
-use std::sync::Arc;
-
-use scraper::point::{ContainerUsage, Usage};
-
 use super::tests::*;
 
 #[path = "../../tests/it/k8s_proto.rs"]
@@ -31,43 +27,9 @@ fn same_as_json<S: super::Source>(h: &super::Handler<S>, uri: &str, accept: &str
     proto.body.len()
 }
 
-fn with_swap() -> Fake {
-    let mut f = cluster();
-    f.add_node(
-        "swappy",
-        &[],
-        Some(Usage {
-            swap_bytes: Some(32 << 20),
-            ..usage(5_000_000, 3_145_728)
-        }),
-    );
-    let (record, u) = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
-    let mut u = (*u.unwrap()).clone();
-    u.containers = vec![
-        ContainerUsage {
-            name: Arc::from("a"),
-            cpu_nanocores: 1_000_000,
-            memory_bytes: 1 << 20,
-            swap_bytes: Some(0),
-        },
-        ContainerUsage {
-            name: Arc::from("b"),
-            cpu_nanocores: u64::MAX,
-            memory_bytes: u64::MAX,
-            swap_bytes: None,
-        },
-    ]
-    .into();
-    f.pods.insert(
-        ("default".to_owned(), "busybox".to_owned()),
-        (record, Some(Arc::new(u))),
-    );
-    f
-}
-
 #[test]
 fn every_resource_decodes_to_the_json_answer_in_both_versions() {
-    let (h, _) = handler_with(with_swap(), "");
+    let (h, _) = handler_with(with_swap((u64::MAX, u64::MAX)), "");
     for v in ["v1", "v1beta1"] {
         for path in [
             "nodes",

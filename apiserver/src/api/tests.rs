@@ -343,8 +343,10 @@ fn pod_lists_and_get_golden_both_versions() {
     }
 }
 
-#[test]
-fn swap_is_served_only_where_the_kubelet_reported_it() {
+/// [`cluster`] with a node `swappy` that reports 32 MiB of swap, and `default/busybox` with
+/// two containers: `a` with 1m, 1 MiB and a swap of 0 reported, `b` with `b_usage` (CPU in
+/// nanocores, memory in bytes) and no swap reported.
+pub(super) fn with_swap(b_usage: (u64, u64)) -> Fake {
     let mut f = cluster();
     f.add_node(
         "swappy",
@@ -354,8 +356,9 @@ fn swap_is_served_only_where_the_kubelet_reported_it() {
             ..usage(5_000_000, 3_145_728)
         }),
     );
-    let mut pod = f.pods[&("default".to_owned(), "busybox".to_owned())].clone();
-    let mut u = (*pod.1.clone().unwrap()).clone();
+    let key = ("default".to_owned(), "busybox".to_owned());
+    let (record, u) = f.pods[&key].clone();
+    let mut u = (*u.unwrap()).clone();
     u.containers = vec![
         ContainerUsage {
             name: Arc::from("a"),
@@ -365,15 +368,19 @@ fn swap_is_served_only_where_the_kubelet_reported_it() {
         },
         ContainerUsage {
             name: Arc::from("b"),
-            cpu_nanocores: 1_000_000,
-            memory_bytes: 1 << 20,
+            cpu_nanocores: b_usage.0,
+            memory_bytes: b_usage.1,
             swap_bytes: None,
         },
     ]
     .into();
-    pod.1 = Some(Arc::new(u));
-    f.pods
-        .insert(("default".to_owned(), "busybox".to_owned()), pod);
+    f.pods.insert(key, (record, Some(Arc::new(u))));
+    f
+}
+
+#[test]
+fn swap_is_served_only_where_the_kubelet_reported_it() {
+    let f = with_swap((1_000_000, 1 << 20));
     let (h, _) = handler_with(f, "");
     for v in ["v1", "v1beta1"] {
         let node = get(&h, &format!("/apis/metrics.k8s.io/{v}/nodes/swappy"));

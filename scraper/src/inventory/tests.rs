@@ -536,6 +536,9 @@ mod index_props {
         "app in (a0,a1),app!=a1",
         "app=a0,app in (a0,a2)",
         "app in (a0,a2),tier in (t0)",
+        // The same key and values under a negated operator, first: not the index's one.
+        "app!=a0,app=a0",
+        "app notin (a0,a2),app in (a0,a2)",
     ];
 
     proptest! {
