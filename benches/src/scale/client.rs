@@ -235,14 +235,14 @@ impl<'a> Counter<'a> {
     }
 }
 
+/// Non-overlapping occurrences of `needle` (memchr's SIMD search: the harness's client shares
+/// the machine with the server, so the CPU it spends reading a 50 MB list is the server's
+/// loss).
 fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    if needle.is_empty() || haystack.len() < needle.len() {
+    if needle.is_empty() {
         return 0;
     }
-    haystack
-        .windows(needle.len())
-        .filter(|w| *w == needle)
-        .count()
+    memchr::memmem::find_iter(haystack, needle).count()
 }
 
 #[cfg(test)]
