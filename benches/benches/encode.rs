@@ -535,6 +535,26 @@ fn repeat<S: Source>(
     total
 }
 
+/// `ENCODE_FORMAT=hpa` (with `ENCODE_SOURCE=store`): `iters` HPA-shaped requests (one
+/// namespace's pods of one label value through the label index, in protobuf, as the HPA
+/// asks) one after the other: 300 pods of 150,000 at the default size. For callgrind
+/// (`--toggle-collect='encode::run'`: instructions per request are the total over `iters`);
+/// the wall clock it prints is noisy.
+#[allow(clippy::disallowed_methods)]
+fn hpa<S: Source>(h: &Handler<S>, iters: u32) {
+    let parts = request(
+        "/apis/metrics.k8s.io/v1beta1/namespaces/team-007/pods?labelSelector=pod-template-hash%3D5d8f9c7b6",
+        CLIENT_GO,
+    );
+    let started = std::time::Instant::now();
+    let mut bytes = 0;
+    for _ in 0..iters {
+        bytes = run(h, &parts).0;
+    }
+    let each = started.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1));
+    eprintln!("hpa: {iters} requests of {bytes} bytes, {each:.1} us each (wall)");
+}
+
 /// `ENCODE_FORMAT=walk` (with `ENCODE_SOURCE=store`): what a streamed list reads of each
 /// pod (record, name, usage slot, usage) in the same batches, without writing anything:
 /// the list's memory cost alone. A benchmark measures real time: the wall clock is what it
@@ -691,7 +711,7 @@ fn owned_prost_list(m: &Memory) -> Vec<u8> {
 /// the cluster (30 pods per node; 5,000 unless set): a small one stays in the caches, so the
 /// per-pod time of the two sizes tells the list's compute from its memory misses.
 /// `ENCODE_DUMP=<file>` writes the store list's identity JSON there (to compare the gzip
-/// bytes with other compressors) and exits.
+/// bytes with other compressors) and exits. `ENCODE_FORMAT=hpa`: see [`hpa`].
 fn main() {
     if let Ok(path) = std::env::var("ENCODE_DUMP") {
         let h = Handler::new(
@@ -737,6 +757,11 @@ fn main() {
             .unwrap_or(5_000);
         if store && format == "walk" {
             walk(&live(nodes, 30), iters);
+            return;
+        }
+        if store && format == "hpa" {
+            let h = Handler::new(live(nodes, 30), LabelSelector::default(), &mut registry);
+            hpa(&h, iters);
             return;
         }
         let total = if store {

@@ -414,8 +414,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         let cpu = (server_proc.cpu_seconds()? - cpu_before) / lists_done;
         // What the server spent on the lists alone: its CPU in the phase less what it spends
         // scraping meanwhile, at the measured window's rate.
-        let cpu_net = (cpu - server_cpu / secs * phase_start.elapsed().as_secs_f64() / lists_done)
-            .max(0.0);
+        let cpu_net =
+            (cpu - server_cpu / secs * phase_start.elapsed().as_secs_f64() / lists_done).max(0.0);
         // The reading side's CPU: this process (the client, and the control plane stand-in,
         // idle meanwhile; the kubelets too unless they run in their own processes).
         let client_cpu = (me.cpu_seconds()? - client_cpu_before) / lists_done;

@@ -327,18 +327,22 @@ impl Namespace {
         let narrowest = selector
             .required_values()
             .map(|(key, values)| (key, values, self.index.candidates(key, values)))
-            .min_by_key(|(_, _, (count, _))| *count);
+            .min_by_key(|(_, _, candidates)| candidates.count);
         match narrowest {
-            Some((key, values, (_, candidates))) => {
+            Some((key, values, candidates)) => {
                 // The candidates meet the requirement they were found by: only the others
                 // are checked (an HPA's one-label selector reads no labels at all).
                 let start = out.len();
+                out.reserve(candidates.count);
                 out.extend(
                     candidates
+                        .pods
                         .filter(|pod| selector.matches_besides(&pod.labels, key, values))
                         .cloned(),
                 );
-                out[start..].sort_by(|a, b| a.key.name.cmp(&b.key.name));
+                if !candidates.sorted {
+                    out[start..].sort_by(|a, b| a.key.name.cmp(&b.key.name));
+                }
             }
             None => out.extend(
                 self.by_name

@@ -1,5 +1,4 @@
 use std::sync::Arc;
-use std::time::Instant;
 
 use kube::runtime::watcher::Event;
 
@@ -388,27 +387,23 @@ fn big_inventory(pods: usize) -> (Inventory, Vec<PodRecord>) {
     (inv, records)
 }
 
+/// A cluster-wide copy of 150,000 pods (several namespaces) holds each once, in namespace
+/// then name order; one namespace's copy holds just its own. (How long it takes is the
+/// encode bench's to say, not a test's.)
 #[test]
-#[allow(clippy::disallowed_methods)] // Measures real time on purpose.
-fn pods_none_at_150k_is_fast_enough() {
+fn pods_none_at_150k_are_every_pod_in_order() {
     let (inv, records) = big_inventory(150_000);
     inv.replace_pods(records);
     assert_eq!(inv.pod_count(), 150_000);
-    let start = Instant::now();
     let all = inv.pods(None);
-    let elapsed = start.elapsed();
     assert_eq!(all.len(), 150_000);
     assert!(
         all.windows(2).all(|w| w[0].key < w[1].key),
         "pods(None) is sorted by namespace then name"
     );
-    let start = Instant::now();
     let one_ns = inv.pods(Some("ns-7"));
-    let ns_elapsed = start.elapsed();
     assert_eq!(one_ns.len(), 500);
-    println!("pods(None) at 150k: {elapsed:?}; pods(Some(ns)) of 500: {ns_elapsed:?}");
-    // Generous bound for an unoptimised build on a loaded 2-core machine.
-    assert!(elapsed.as_millis() < 500, "pods(None) took {elapsed:?}");
+    assert!(one_ns.iter().all(|p| &*p.key.namespace == "ns-7"));
 }
 
 fn rss_bytes() -> Option<u64> {
