@@ -40,7 +40,8 @@ pub struct Fetched {
     pub decoded_bytes: usize,
     /// The answer was `Content-Encoding: gzip`.
     pub gzip: bool,
-    /// Occurrences of the counted marker in the body.
+    /// Occurrences of the counted marker in the body; for a protobuf answer (when a marker
+    /// was given), the items of the list instead.
     pub marker_count: usize,
     /// From sending the request to the response head.
     pub first_byte: Duration,
@@ -141,6 +142,17 @@ impl Client {
             .headers()
             .get(http::header::CONTENT_ENCODING)
             .is_some_and(|v| v.as_bytes() == b"gzip");
+        // A protobuf list's items are counted by walking the message, so it is kept whole
+        // (in this process, not the server's).
+        let mut proto = (!marker.is_empty()
+            && resp
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .is_some_and(|v| {
+                    v.as_bytes()
+                        .starts_with(b"application/vnd.kubernetes.protobuf")
+                }))
+        .then(Vec::new);
         let mut body = resp.into_body();
         let mut counter = Counter::new(marker);
         let mut gunzip = encoded.then(|| flate2::write::GzDecoder::new(Vec::new()));
@@ -158,7 +170,10 @@ impl Client {
                     }
                     None => {
                         decoded_bytes += data.len();
-                        counter.feed(&data);
+                        match &mut proto {
+                            Some(whole) => whole.extend_from_slice(&data),
+                            None => counter.feed(&data),
+                        }
                     }
                 }
             }
@@ -167,6 +182,9 @@ impl Client {
             let plain = decoder.finish().context("gunzip")?;
             decoded_bytes += plain.len();
             counter.feed(&plain);
+        }
+        if let Some(whole) = &proto {
+            counter.count = proto_list_items(whole).context("walking the protobuf list")?;
         }
         Ok(Fetched {
             status,
@@ -194,6 +212,63 @@ impl Client {
         driver.abort();
         Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
+}
+
+/// The items of a protobuf list answer: the `k8s\0` envelope's `runtime.Unknown`, its `raw`
+/// (field 2), and in that list message the occurrences of `items` (field 2).
+fn proto_list_items(body: &[u8]) -> anyhow::Result<usize> {
+    let unknown = body.strip_prefix(b"k8s\0").context("no k8s\\0 magic")?;
+    let raw = proto_fields(unknown)?
+        .into_iter()
+        .find_map(|(field, value)| (field == 2).then_some(value))
+        .context("no raw object in the envelope")?;
+    Ok(proto_fields(raw)?
+        .into_iter()
+        .filter(|(field, _)| *field == 2)
+        .count())
+}
+
+/// The fields of one protobuf message: number and, for length-delimited ones, the bytes
+/// (other wire types are skipped and given empty).
+fn proto_fields(mut message: &[u8]) -> anyhow::Result<Vec<(u64, &[u8])>> {
+    fn varint(buf: &mut &[u8]) -> anyhow::Result<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = buf.split_first().context("truncated varint")?;
+            *buf = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        anyhow::bail!("varint too long")
+    }
+    let mut fields = Vec::new();
+    while !message.is_empty() {
+        let key = varint(&mut message)?;
+        let value: &[u8] = match key & 7 {
+            0 => {
+                varint(&mut message)?;
+                &[]
+            }
+            1 | 5 => {
+                let width = if key & 7 == 1 { 8 } else { 4 };
+                message = message.get(width..).context("truncated fixed field")?;
+                &[]
+            }
+            2 => {
+                let len = usize::try_from(varint(&mut message)?)?;
+                let (value, rest) = message
+                    .split_at_checked(len)
+                    .context("truncated length-delimited field")?;
+                message = rest;
+                value
+            }
+            other => anyhow::bail!("wire type {other}"),
+        };
+        fields.push((key >> 3, value));
+    }
+    Ok(fields)
 }
 
 /// Counts non-overlapping occurrences of a marker in a stream of chunks.
@@ -248,6 +323,34 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A length-delimited field.
+    fn field(number: u8, value: &[u8]) -> Vec<u8> {
+        let mut out = vec![number << 3 | 2, u8::try_from(value.len()).unwrap()];
+        out.extend_from_slice(value);
+        out
+    }
+
+    #[test]
+    fn a_protobuf_lists_items_are_counted_in_its_envelope() {
+        // PodMetricsList { metadata, items x3 }, with a varint field in an item.
+        let mut list = field(1, &field(2, b"12345"));
+        for name in [&b"a"[..], b"bb", b"ccc"] {
+            let mut item = field(1, &field(1, name));
+            item.extend_from_slice(&[0x18, 0x96, 0x01]);
+            list.extend(field(2, &item));
+        }
+        let mut unknown = field(1, &field(1, b"metrics.k8s.io/v1"));
+        unknown.extend(field(2, &list));
+        unknown.extend(field(4, b""));
+        let body = [&b"k8s\0"[..], &unknown].concat();
+        assert_eq!(proto_list_items(&body).unwrap(), 3);
+        // An empty list, a truncated one, and no envelope are told apart.
+        let empty = [&b"k8s\0"[..], &field(2, &field(1, b""))].concat();
+        assert_eq!(proto_list_items(&empty).unwrap(), 0);
+        assert!(proto_list_items(&body[..body.len() - 4]).is_err());
+        assert!(proto_list_items(&unknown).is_err());
+    }
 
     #[test]
     fn markers_are_counted_across_chunk_boundaries() {

@@ -387,11 +387,13 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
 
     // Cluster-wide lists.
     let mut lists = serde_json::Map::new();
-    // `pods_gzip`: the pod list as kubectl and client-go ask for it (`Accept-Encoding: gzip`).
-    for (name, path, gzip) in [
-        ("pods", pods_path, false),
-        ("pods_gzip", pods_path, true),
-        ("nodes", nodes_path, false),
+    // `pods_gzip`: the pod list as kubectl and client-go ask for it (`Accept-Encoding: gzip`);
+    // `pods_protobuf`: as client-go's protobuf clients (the HPA's `Accept`), identity.
+    for (name, path, gzip, accept) in [
+        ("pods", pods_path, false, "application/json"),
+        ("pods_gzip", pods_path, true, "application/json"),
+        ("pods_protobuf", pods_path, false, hpa::HPA_ACCEPT),
+        ("nodes", nodes_path, false, "application/json"),
     ] {
         let cpu_before = server_proc.cpu_seconds()?;
         let client_cpu_before = me.cpu_seconds()?;
@@ -400,7 +402,9 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         // One unmeasured request first: the connection and the SubjectAccessReview cache.
         client.get("/apis/metrics.k8s.io/v1", b"").await?;
         for _ in 0..options.lists {
-            let f = client.get_encoded(path, b"\"window\":", gzip).await?;
+            let f = client
+                .get_accepting(path, accept, b"\"window\":", gzip)
+                .await?;
             if !f.status.is_success() {
                 bail!("GET {path}: {}", f.status);
             }
@@ -428,6 +432,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         let decoded = fetched.first().map_or(0, |f| f.decoded_bytes);
         let encoding = if fetched.first().is_some_and(|f| f.gzip) {
             "gzip"
+        } else if accept == hpa::HPA_ACCEPT {
+            "protobuf"
         } else {
             "identity"
         };
