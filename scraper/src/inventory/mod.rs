@@ -334,12 +334,17 @@ impl Namespace {
                 // are checked (an HPA's one-label selector reads no labels at all).
                 let start = out.len();
                 out.reserve(candidates.count);
-                out.extend(
-                    candidates
-                        .pods
-                        .filter(|pod| selector.matches_besides(&pod.labels, key, values))
-                        .cloned(),
-                );
+                let rest = selector.besides(key, values);
+                if rest.is_everything() {
+                    out.extend(candidates.pods.cloned());
+                } else {
+                    out.extend(
+                        candidates
+                            .pods
+                            .filter(|pod| rest.matches(&pod.labels))
+                            .cloned(),
+                    );
+                }
                 if !candidates.sorted {
                     out[start..].sort_by(|a, b| a.key.name.cmp(&b.key.name));
                 }

@@ -554,6 +554,31 @@ fn go_string_slice(values: &[String]) -> String {
     format!("[]string{{{}}}", inner.join(", "))
 }
 
+/// A selector less one of its requirements ([`LabelSelector::besides`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Besides<'a> {
+    selector: &'a LabelSelector,
+    /// The requirement not checked.
+    skip: Option<usize>,
+}
+
+impl Besides<'_> {
+    /// Whether `labels` meet every requirement but the skipped one.
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.selector
+            .requirements
+            .iter()
+            .enumerate()
+            .all(|(i, r)| Some(i) == self.skip || r.matches(labels))
+    }
+
+    /// Whether nothing is left to check: every set of labels matches.
+    pub fn is_everything(&self) -> bool {
+        let skipped = usize::from(self.skip.is_some());
+        self.selector.requirements.len() == skipped
+    }
+}
+
 impl LabelSelector {
     /// Parses `labelSelector` syntax (`a=b,c!=d,e in (f,g),!h,i,j>3`). Empty selects
     /// everything. Errors carry apimachinery's `labels.Parse` wording.
@@ -572,23 +597,21 @@ impl LabelSelector {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
-    /// [`LabelSelector::matches`] of labels already known to meet the requirement
-    /// `key` with one of `values` (one that [`LabelSelector::required_values`] gave, whose
-    /// pods a label index handed over): that requirement is not checked again, the others
-    /// are. A selector of that one requirement matches without reading the labels.
-    pub fn matches_besides(&self, labels: &Labels, key: &str, values: &[String]) -> bool {
-        let mut skipped = false;
-        self.requirements.iter().all(|r| {
-            if !skipped
-                && matches!(r.op, Op::In | Op::Equals | Op::DoubleEquals)
+    /// This selector for labels already known to meet the requirement `key` with one of
+    /// `values` (one that [`LabelSelector::required_values`] gave, whose pods a label index
+    /// handed over): [`Besides::matches`] checks the other requirements, not that one again;
+    /// a selector of that one requirement matches without reading the labels. The requirement
+    /// to skip is found once, for the many pods one index lookup hands over.
+    pub fn besides(&self, key: &str, values: &[String]) -> Besides<'_> {
+        let skip = self.requirements.iter().position(|r| {
+            matches!(r.op, Op::In | Op::Equals | Op::DoubleEquals)
                 && r.key == key
                 && r.values == values
-            {
-                skipped = true;
-                return true;
-            }
-            r.matches(labels)
-        })
+        });
+        Besides {
+            selector: self,
+            skip,
+        }
     }
 
     /// Selects everything.
