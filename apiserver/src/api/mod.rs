@@ -53,6 +53,7 @@ use scraper::store::Store;
 use smallvec::SmallVec;
 
 use self::accept::{Endpoint, Format, Target};
+use self::body::BUFFERED_ITEMS;
 use self::discovery::{AGGREGATED_CONTENT_TYPE, Discovery};
 use self::encode::{Ctx, Include, NodeItem, PodItem};
 use self::metrics::Freshness;
@@ -497,7 +498,10 @@ impl<S: Source> Handler<S> {
                     }
                     Resource::Pods(ns) => {
                         // Protobuf needs the length of the whole list first: measure each
-                        // item as it is selected, while its data is in cache.
+                        // item as it is selected, while its data is in cache. A short list
+                        // is written whole and measured afterwards (`list_body`): its items
+                        // are measured here only from the first past that size on, the
+                        // earlier ones (few, still near) once it is passed.
                         let mut measured = None;
                         let items = if format == Format::Protobuf {
                             let measure = match target {
@@ -505,10 +509,22 @@ impl<S: Source> Handler<S> {
                                 _ => proto::POD.len,
                             };
                             let mut raw_len = proto::EMPTY_LIST_META.len();
+                            let mut seen = 0usize;
                             let items = self.list_pods(ns.as_deref(), &list, now_ns, |item| {
-                                raw_len += proto::field_len(2, measure(&ctx, item));
+                                seen += 1;
+                                if seen > BUFFERED_ITEMS {
+                                    raw_len += proto::field_len(2, measure(&ctx, item));
+                                }
                             });
-                            measured = Some(raw_len);
+                            if let Some(first) = items.get(..BUFFERED_ITEMS)
+                                && items.len() > BUFFERED_ITEMS
+                            {
+                                raw_len += first
+                                    .iter()
+                                    .map(|item| proto::field_len(2, measure(&ctx, item)))
+                                    .sum::<usize>();
+                                measured = Some(raw_len);
+                            }
                             items
                         } else {
                             self.list_pods(ns.as_deref(), &list, now_ns, |_| {})

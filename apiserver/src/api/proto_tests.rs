@@ -243,3 +243,34 @@ fn large_protobuf_list_is_streamed_and_exact() {
     let v = k8s_proto::to_json(&r.body);
     assert_eq!(v["items"].as_array().unwrap().len(), 5_000);
 }
+
+/// Around the size up to which a list is written whole and measured afterwards (and past
+/// which its items are measured as they are selected, the first ones late): every size
+/// decodes exactly, to what the JSON answer says.
+#[test]
+fn protobuf_lists_around_the_buffered_size_are_exact() {
+    let buffered = super::body::BUFFERED_ITEMS;
+    for n in [1, buffered - 1, buffered, buffered + 1, 3 * buffered] {
+        let mut f = Fake::default();
+        for i in 0..n as u64 {
+            f.add_pod(
+                "team",
+                &format!("web-{i:04}"),
+                &[("app", "web")],
+                Some(&[("app", 4_710_169 + i, 12_533_760 + i)]),
+            );
+        }
+        let h = handler_with(f, "").0;
+        for uri in [
+            "/apis/metrics.k8s.io/v1/namespaces/team/pods?labelSelector=app%3Dweb",
+            "/apis/metrics.k8s.io/v1beta1/pods",
+        ] {
+            let r = get_with(&h, uri, CLIENT_GO);
+            assert_eq!(r.status, 200, "{n} pods, {uri}");
+            let bytes = same_as_json(&h, uri, CLIENT_GO);
+            assert_eq!(bytes, r.body.len(), "{n} pods, {uri}");
+            let v = k8s_proto::to_json(&r.body);
+            assert_eq!(v["items"].as_array().unwrap().len(), n, "{uri}");
+        }
+    }
+}

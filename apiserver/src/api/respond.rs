@@ -4,7 +4,7 @@
 use http::{Response, StatusCode};
 
 use super::accept::{self, Format, Target};
-use super::body::{ListBody, WarmItem, WriteItem};
+use super::body::{BUFFERED_ITEMS, ListBody, WarmItem, WriteItem};
 use super::encode::{self, Ctx, NodeItem, PodItem};
 use super::proto::{self, Writer};
 use super::{json_response, response};
@@ -183,6 +183,20 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
                 (ctx.api_version, list_kind, proto)
             }
         };
+        if items.len() <= BUFFERED_ITEMS {
+            // A short list (an HPA's) is written whole and its length put in front: no item
+            // is measured, one copy of a small body instead.
+            let mut raw = Vec::with_capacity(proto::EMPTY_LIST_META.len() + items.len() * 256);
+            raw.extend_from_slice(proto::EMPTY_LIST_META);
+            for item in &items {
+                write(&mut raw, &ctx, item);
+            }
+            let mut out = Vec::with_capacity(raw.len() + 128);
+            proto::put_envelope_head(&mut out, api_version, kind, raw.len());
+            out.extend_from_slice(&raw);
+            out.extend_from_slice(proto::ENVELOPE_TAIL);
+            return response(StatusCode::OK, accept::PROTOBUF, crate::body::full(out));
+        }
         // `raw`'s length goes first, so every item is measured before the first is written.
         let raw_len = measured.unwrap_or_else(|| proto::list_len(&ctx, &items, writer));
         let head = proto::list_head(api_version, kind, raw_len);
