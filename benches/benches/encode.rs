@@ -537,8 +537,9 @@ fn repeat<S: Source>(
 
 /// `ENCODE_FORMAT=hpa` (with `ENCODE_SOURCE=store`): `iters` HPA-shaped requests (one
 /// namespace's pods of one label value through the label index, in protobuf, as the HPA
-/// asks) one after the other: 300 pods of 150,000 at the default size. For callgrind
-/// (`--toggle-collect='encode::run'`: instructions per request are the total over `iters`);
+/// asks) one after the other: 300 pods of 150,000 at the default size (120 with
+/// `ENCODE_NODES=2000`, a list short enough to be one buffer). For callgrind
+/// (`--toggle-collect='encode::run*'`: instructions per request are the total over `iters`);
 /// the wall clock it prints is noisy.
 #[allow(clippy::disallowed_methods)]
 fn hpa<S: Source>(h: &Handler<S>, iters: u32) {
