@@ -449,7 +449,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         tracing::info!(nodes = nodes.len(), "inventory listed; first scrape round");
         let period = Period::new(&self.shared, now, nodes.len());
         let spread = FIRST_ROUND_SPREAD.min(self.shared.resolution);
-        for (at, record) in spaced(now, spread, nodes) {
+        for (at, record) in spaced(now, spread, Duration::ZERO, nodes) {
             let name = record.name.clone();
             self.track(record, now, true);
             self.schedule(&name, at, Some(period.clone()));
@@ -466,7 +466,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         let limit = warmup::limit(resolution);
         let mut slots = Vec::with_capacity(nodes.len());
         let spread = resolution.mul_f64(PERIOD_SPREAD);
-        for (at, record) in spaced(now, spread, nodes) {
+        for (at, record) in spaced(now, spread, PERIOD_GRID, nodes) {
             let Some(tracked) = self.nodes.get_mut(&record.name) else {
                 continue;
             };
@@ -690,17 +690,28 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
 /// half the periods ended a few milliseconds past the resolution).
 pub const PERIOD_SPREAD: f64 = 0.9;
 
+/// The steady schedule's start times are multiples of this from the period's start: the
+/// scrapes of one such slice start together, so one timer wake-up starts them and their
+/// answers, arriving within a few milliseconds of each other, are read in fewer wake-ups
+/// (at 5,000 nodes and 15 s, 37 per slice instead of one every 2.7 ms). A node never starts
+/// later than its even share of the spread would have it.
+pub const PERIOD_GRID: Duration = Duration::from_millis(100);
+
 /// Start times of `nodes` spread evenly over `over` from `start`: node i of n at
-/// `start + i x over / n`.
+/// `start + i x over / n`, rounded down to a multiple of `grid` (none when zero).
 fn spaced(
     start: Instant,
     over: Duration,
+    grid: Duration,
     nodes: Vec<Arc<NodeRecord>>,
 ) -> impl Iterator<Item = (Instant, Arc<NodeRecord>)> {
     let n = u32::try_from(nodes.len()).unwrap_or(u32::MAX).max(1);
+    let grid_ns = grid.as_nanos().max(1);
     nodes.into_iter().enumerate().map(move |(i, record)| {
         let i = u32::try_from(i).unwrap_or(u32::MAX);
-        (start + over / n * i, record)
+        let offset = (over / n * i).as_nanos();
+        let offset = u64::try_from(offset - offset % grid_ns).unwrap_or(u64::MAX);
+        (start + Duration::from_nanos(offset), record)
     })
 }
 

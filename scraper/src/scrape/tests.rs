@@ -154,6 +154,63 @@ async fn the_first_round_asks_every_node_at_once_then_periods_spread_them() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_period_starts_its_scrapes_in_slices_of_the_grid() {
+    let t0 = Instant::now();
+    let names: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let r = start(&names, Duration::from_secs(1));
+    // The first round (every 100 ms, not on the grid) is done by 1 s. The period's even
+    // shares are i x 90 ms; on the 100 ms grid the first two start at once, then one per
+    // slice, none later than its share.
+    let steps = [
+        (999, 10),
+        (1_001, 12),
+        (1_099, 12),
+        (1_101, 13),
+        (1_801, 20),
+    ];
+    for (offset_ms, expected) in steps {
+        at(t0, ms(offset_ms)).await;
+        assert_eq!(
+            r.metrics.requests(false),
+            expected,
+            "requests done by t={offset_ms}ms"
+        );
+    }
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[test]
+fn spaced_starts_lie_on_the_grid_and_never_after_their_share() {
+    let start = Instant::now();
+    let nodes: Vec<Arc<NodeRecord>> = (0..5_000).map(|i| record(&format!("n{i}"))).collect();
+    let over = Duration::from_millis(13_500);
+    let even: Vec<Instant> = spaced(start, over, Duration::ZERO, nodes.clone())
+        .map(|(at, _)| at)
+        .collect();
+    let gridded: Vec<Instant> = spaced(start, over, PERIOD_GRID, nodes)
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(even[1] - even[0], over / 5_000, "no grid: evenly spaced");
+    let mut slices = HashSet::new();
+    for (share, at) in even.iter().zip(&gridded) {
+        let offset = *at - start;
+        assert_eq!(offset.as_nanos() % PERIOD_GRID.as_nanos(), 0, "{offset:?}");
+        assert!(
+            at <= share && *share - *at < PERIOD_GRID,
+            "{at:?} vs {share:?}"
+        );
+        slices.insert(offset);
+    }
+    assert_eq!(
+        slices.len(),
+        135,
+        "13.5 s of 100 ms slices, each with ~37 nodes"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn progress_and_tick_are_recorded_per_period() {
     let t0 = Instant::now();
     let r = start(&["a", "b"], Duration::from_secs(10));
