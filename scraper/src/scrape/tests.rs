@@ -117,6 +117,18 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// Checks, at each `(offset_ms, expected)` in turn, how many requests the loop has made.
+async fn requests_by(r: &Running, t0: Instant, steps: &[(u64, u64)]) {
+    for &(offset_ms, expected) in steps {
+        at(t0, ms(offset_ms)).await;
+        assert_eq!(
+            r.metrics.requests(false),
+            expected,
+            "requests done by t={offset_ms}ms"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_first_round_asks_every_node_at_once_then_periods_spread_them() {
     let t0 = Instant::now();
@@ -134,14 +146,7 @@ async fn the_first_round_asks_every_node_at_once_then_periods_spread_them() {
         (6_699, 7),
         (6_701, 8),
     ];
-    for (offset_ms, expected) in steps {
-        at(t0, ms(offset_ms)).await;
-        assert_eq!(
-            r.metrics.requests(false),
-            expected,
-            "requests done by t={offset_ms}ms"
-        );
-    }
+    requests_by(&r, t0, &steps).await;
     at(t0, ms(7_999)).await;
     assert_eq!(
         r.metrics.requests(false),
@@ -169,14 +174,7 @@ async fn a_period_starts_its_scrapes_in_slices_of_the_grid() {
         (1_101, 13),
         (1_801, 20),
     ];
-    for (offset_ms, expected) in steps {
-        at(t0, ms(offset_ms)).await;
-        assert_eq!(
-            r.metrics.requests(false),
-            expected,
-            "requests done by t={offset_ms}ms"
-        );
-    }
+    requests_by(&r, t0, &steps).await;
     r.shutdown.cancel();
     r.task.await.unwrap();
 }
