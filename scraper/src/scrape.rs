@@ -11,8 +11,8 @@
 //! - **Steady**: every `--metric-resolution` period, one request per node, spread evenly
 //!   over the first [`PERIOD_SPREAD`] of the period (so the last request has the rest of it
 //!   to finish, and a period's `metrics_server_manager_tick_duration_seconds` stays under the
-//!   resolution when every kubelet is healthy), each bounded by a deadline that counts any
-//!   queueing.
+//!   resolution when every kubelet is healthy) in slices of [`PERIOD_GRID`] that start
+//!   together, each bounded by a deadline that counts any queueing.
 //!
 //! Each node's result goes to the store as soon as it arrives: there is no barrier waiting
 //! for the slowest kubelet (metrics-server waits for all, §3.2). [`Progress`] tells the
@@ -694,7 +694,8 @@ pub const PERIOD_SPREAD: f64 = 0.9;
 /// scrapes of one such slice start together, so one timer wake-up starts them and their
 /// answers, arriving within a few milliseconds of each other, are read in fewer wake-ups
 /// (at 5,000 nodes and 15 s, 37 per slice instead of one every 2.7 ms). A node never starts
-/// later than its even share of the spread would have it.
+/// later than its even share of the spread would have it; with a spread shorter than a
+/// slice (a resolution under ~111 ms) every node starts with the period.
 pub const PERIOD_GRID: Duration = Duration::from_millis(100);
 
 /// Start times of `nodes` spread evenly over `over` from `start`: node i of n at
@@ -709,9 +710,10 @@ fn spaced(
     let grid_ns = grid.as_nanos().max(1);
     nodes.into_iter().enumerate().map(move |(i, record)| {
         let i = u32::try_from(i).unwrap_or(u32::MAX);
-        let offset = (over / n * i).as_nanos();
-        let offset = u64::try_from(offset - offset % grid_ns).unwrap_or(u64::MAX);
-        (start + Duration::from_nanos(offset), record)
+        let share = over / n * i;
+        // Less than `grid`, so it fits whenever `grid` does.
+        let past_slice = u64::try_from(share.as_nanos() % grid_ns).unwrap_or(0);
+        (start + (share - Duration::from_nanos(past_slice)), record)
     })
 }
 

@@ -164,7 +164,7 @@ async fn a_period_starts_its_scrapes_in_slices_of_the_grid() {
     let names: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = start(&names, Duration::from_secs(1));
-    // The first round (every 100 ms, not on the grid) is done by 1 s. The period's even
+    // The first round (1 s over 10 nodes: every 100 ms) is done by 1 s. The period's even
     // shares are i x 90 ms; on the 100 ms grid the first two start at once, then one per
     // slice, none later than its share.
     let steps = [
