@@ -1,7 +1,9 @@
 //! Store ingest and read cost.
 //!
-//! - `ingest/30x2`, `ingest/110x2`: one node's scrape (30 or 110 pods, 2 containers each) into
-//!   a store holding 1,000 (or 300) such nodes, round-robin over the nodes with timestamps
+//! - `ingest/30x2/1000_nodes`, `ingest/110x2/300_nodes`, `ingest/30x2/5000_nodes`: one node's
+//!   scrape (30 or 110 pods, 2 containers each) into a store holding that many such nodes
+//!   (5,000 nodes: the 150,000 pods of the scale comparison, whose entries do not fit in the
+//!   caches), round-robin over the nodes with timestamps
 //!   advancing every round, so every ingest is the steady state (usage computed, pod usage
 //!   rebuilt). Building the scrape is excluded (the parser's cost).
 //! - `read/pod`, `read/node`: one lookup in a store of 1,000 nodes x 30 pods (30,000 pods).
@@ -16,13 +18,13 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 
 fn ingest(c: &mut Criterion) {
     let mut group = c.benchmark_group("ingest");
-    for (nodes, pods) in [(1_000, 30), (300, 110)] {
+    for (nodes, pods) in [(1_000, 30), (300, 110), (5_000, 30)] {
         let cluster = Cluster::new(nodes, pods);
         let store = cluster.filled_store();
         // Ingest number `i` (counting on from the two fill rounds) goes to node i % nodes.
         let mut i = 2 * nodes;
         group.throughput(Throughput::Elements(pods as u64));
-        group.bench_function(format!("{pods}x2"), |b| {
+        group.bench_function(format!("{pods}x2/{nodes}_nodes"), |b| {
             b.iter_batched_ref(
                 || {
                     let n = i % nodes;

@@ -99,8 +99,9 @@ pub(super) struct NodeEntry {
     pub(super) prev: Option<Point>,
     /// Usage computed at ingest from `prev` and `last`.
     pub(super) usage: Option<Usage>,
-    /// Pods this node reported in its last good scrape and owns, in ingest order.
-    pub(super) pods: Vec<PodKey>,
+    /// Pods this node reported in its last good scrape and owns, with their containers'
+    /// history, in ingest order (by key hash, then key).
+    pub(super) pods: Vec<PodHistory>,
     /// When the last good scrape finished, Unix ns.
     pub(super) last_success_ns: i64,
     /// Of `pods`, how many had usage after the last ingest.
@@ -144,31 +145,45 @@ pub(super) struct ContainerEntry {
     pub(super) rate: Rate,
 }
 
-/// Per pod: the owning node, its containers sorted by name and the usage served to readers.
+/// Per pod, in the store's map: the owning node and the usage served to readers. The
+/// containers' history is the owning node's ([`PodHistory`]): only its ingests read it.
 #[derive(Debug)]
 pub(super) struct PodEntry {
     pub(super) node: NodeName,
-    pub(super) containers: Vec<ContainerEntry>,
-    /// The usage served to readers, rebuilt at every ingest (`None` while any container waits
-    /// for a previous point or none has usage), shared with the links of inventory records.
+    /// The usage served to readers (`None` while any container waits for a previous point or
+    /// none has usage), shared with the owner's [`PodHistory`] and the links of inventory
+    /// records.
     pub(super) slot: Arc<UsageSlot>,
-    /// When the owning node's scrape that reported this pod finished, Unix ns.
-    pub(super) seen_ns: i64,
     /// A conflicting report from another node was already logged.
     pub(super) conflict_logged: bool,
 }
 
 impl PodEntry {
-    pub(super) fn empty(node: &NodeName, store: u32) -> PodEntry {
+    pub(super) fn new(node: &NodeName, store: u32) -> PodEntry {
         PodEntry {
             node: node.clone(),
-            containers: Vec::new(),
             slot: UsageSlot::new(store),
-            seen_ns: 0,
             conflict_logged: false,
         }
     }
+}
 
+/// Per pod, in its owning node's entry: the key, its hash (the ingest's order), the slot it
+/// publishes to and its containers sorted by name, each with its last two samples. An ingest
+/// of the node walks these in order beside the scrape's pods and updates each pod without a
+/// lookup in the map; the slot's owner mark ([`UsageSlot::publish`]) says whether the node
+/// still owns the pod.
+#[derive(Debug)]
+pub(super) struct PodHistory {
+    pub(super) hash: u64,
+    pub(super) key: PodKey,
+    pub(super) slot: Arc<UsageSlot>,
+    /// The slot's owner mark when this node became the pod's owner.
+    pub(super) owner: u32,
+    pub(super) containers: Vec<ContainerEntry>,
+}
+
+impl PodHistory {
     /// Containers waiting for a second point, and the newest timestamp among them.
     pub(super) fn pending(&self) -> (u32, i64) {
         self.containers
@@ -204,14 +219,15 @@ pub(super) struct Skipped<'a> {
 }
 
 /// An entry leaves the store only by being dropped (removed, retained away, or with the
-/// whole map): its slot is retired then, so links to it stop serving.
+/// whole map): its slot is retired then, so links to it stop serving and its owner's history
+/// stops publishing to it.
 impl Drop for PodEntry {
     fn drop(&mut self) {
         self.slot.retire();
     }
 }
 
-impl PodEntry {
+impl PodHistory {
     /// Replaces this pod's containers by `new` (sorted by name, unique), keeping each
     /// surviving container's history, recomputes every rate and the pod's usage.
     /// `history` is false when the pod changed owner: counters of another node do not pair.

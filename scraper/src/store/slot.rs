@@ -2,9 +2,11 @@
 //! inventory record can point at, so a cluster-wide list reads each pod's usage without a
 //! hash lookup in the store.
 //!
-//! The store publishes into the slot at every ingest of the pod (under the shard lock it
-//! already holds) and retires it when the entry leaves the map (the entry's `Drop`), so a
-//! reader that followed a link never sees usage of a pod the store no longer holds.
+//! The owning node's ingest publishes into the slot at every scrape of the pod, and the
+//! store retires it when the entry leaves the map (the entry's `Drop`), so a reader that
+//! followed a link never sees usage of a pod the store no longer holds. The slot also carries
+//! the owner mark: when another node takes the pod over, the mark changes, and the previous
+//! owner's publishes are refused from then on.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -35,6 +37,9 @@ struct SlotState {
     seen_ns: i64,
     /// The store that owns the entry.
     store: u32,
+    /// Changes whenever another node takes the pod over: only the owner that read the
+    /// current mark may publish.
+    owner: u32,
     /// The entry left the store: nothing may be read from this slot any more.
     retired: bool,
 }
@@ -54,20 +59,45 @@ impl UsageSlot {
                 usage: None,
                 seen_ns: 0,
                 store,
+                owner: 0,
                 retired: false,
             }),
         })
     }
 
-    /// Replaces the served usage and when the pod was seen.
-    pub(super) fn publish(&self, usage: Option<Arc<PodUsage>>, seen_ns: i64) {
-        let old = {
+    /// Replaces the served usage and when the pod was seen, if the slot is live and `owner`
+    /// is its current owner mark; otherwise changes nothing and says so.
+    pub(super) fn publish(&self, owner: u32, usage: Option<Arc<PodUsage>>, seen_ns: i64) -> bool {
+        let (published, old) = {
             let mut state = self.state.lock();
-            state.seen_ns = seen_ns;
-            std::mem::replace(&mut state.usage, usage)
+            if state.retired || state.owner != owner {
+                (false, usage)
+            } else {
+                state.seen_ns = seen_ns;
+                (true, std::mem::replace(&mut state.usage, usage))
+            }
         };
-        // The previous usage is freed outside the lock.
+        // The previous (or refused) usage is freed outside the lock.
         drop(old);
+        published
+    }
+
+    /// The current owner mark.
+    pub(super) fn owner(&self) -> u32 {
+        self.state.lock().owner
+    }
+
+    /// A new owner takes the pod over: the mark changes (the previous owner's publishes
+    /// are refused from now on) and the new one is returned.
+    pub(super) fn take_over(&self) -> u32 {
+        let mut state = self.state.lock();
+        state.owner = state.owner.wrapping_add(1);
+        state.owner
+    }
+
+    /// When the pod was last seen, Unix ns.
+    pub(super) fn seen_ns(&self) -> i64 {
+        self.state.lock().seen_ns
     }
 
     /// The usage and when it was seen.

@@ -1028,6 +1028,97 @@ fn pod_of_a_stale_owner_is_taken_over_without_its_history() {
     assert!(store.pod("ns", "pod1", t2).is_some());
 }
 
+#[test]
+fn a_stale_owner_that_comes_back_does_not_overwrite_the_new_owners_pod() {
+    let store = store(15);
+    let t = two_good_scrapes(&store); // node1 owns pod1 and still holds its history
+    let (a, b) = (name("node1"), name("node2"));
+    let start = T0 - 60 * SECOND;
+    let later = t + 31 * SECOND; // node1 is stale now
+    ingest_c1(&store, &b, sample(later, start, 2 * CORE_SECOND, MIB));
+    let t2 = later + 15 * SECOND;
+    ingest_c1(&store, &b, sample(t2, start, 5 * CORE_SECOND, MIB));
+    let expected = [container_usage("c1", 200_000_000, MIB)];
+    assert_eq!(
+        &*store.pod("ns", "pod1", t2).expect("node2's").containers,
+        &expected
+    );
+
+    // node1 answers again with the pod, whose counters pair with its own last ones: node2's
+    // data is fresh, so node1's report is refused and node2's usage stays served.
+    let back = t2 + SECOND;
+    let t1_cpu = 25 * CORE_SECOND + 100 * CORE_SECOND;
+    let from_a = store.ingest(
+        &a,
+        &scrape(
+            None,
+            vec![container(
+                "pod1",
+                "c1",
+                sample(back, T0 - 3600 * SECOND, t1_cpu, 7 * MIB),
+            )],
+        ),
+        back,
+    );
+    assert_eq!((from_a.pods, from_a.pods_with_usage), (1, 0));
+    assert_eq!(store.owner("ns", "pod1"), Some(b.clone()));
+    let pod = store.pod("ns", "pod1", back).expect("still node2's");
+    assert_eq!((pod.timestamp_ns, &*pod.containers), (t2, &expected[..]));
+}
+
+#[test]
+fn pods_added_and_removed_between_scrapes_leave_the_others_history() {
+    let store = store(15);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let batch = |ts: i64, cpu: u64, pods: &[usize]| {
+        let containers = pods
+            .iter()
+            .map(|p| {
+                container(
+                    &format!("pod{p}"),
+                    "c1",
+                    sample(ts, start, cpu * CORE_SECOND, MIB),
+                )
+            })
+            .collect();
+        scrape(None, containers)
+    };
+    let all: Vec<usize> = (0..40).collect();
+    store.ingest(&n, &batch(T0, 10, &all), T0);
+    let t1 = T0 + 15 * SECOND;
+    assert_eq!(
+        store.ingest(&n, &batch(t1, 25, &all), t1).pods_with_usage,
+        40
+    );
+
+    // Every fourth pod ends, ten new ones start: in the ingest's order they fall between the
+    // survivors, whose usage needs their previous points.
+    let mut next: Vec<usize> = all.iter().copied().filter(|p| p % 4 != 0).collect();
+    next.extend(100..110);
+    let t2 = t1 + 15 * SECOND;
+    let ingested = store.ingest(&n, &batch(t2, 40, &next), t2);
+    assert_eq!((ingested.pods, ingested.pods_with_usage), (40, 30));
+    for p in 0..40 {
+        let pod = store.pod("ns", &format!("pod{p}"), t2);
+        if p % 4 == 0 {
+            assert_eq!(pod, None, "pod{p} ended");
+        } else {
+            let pod = pod.unwrap_or_else(|| panic!("pod{p} kept its history"));
+            assert_eq!(
+                &*pod.containers,
+                &[container_usage("c1", 1_000_000_000, MIB)]
+            );
+        }
+    }
+    assert_eq!(
+        store.pod("ns", "pod105", t2),
+        None,
+        "new: waits for a second point"
+    );
+    assert_eq!(store.entries(), (1, 40));
+}
+
 // ---- summary usageNanoCores ----
 
 #[test]
