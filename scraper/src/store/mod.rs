@@ -31,8 +31,8 @@
 //! - `slot`: the shared cell of a pod's served usage and the records' links to it.
 //!
 //! Ingests of one node are expected one at a time (the scrape loop has at most one scrape per
-//! node in flight). Racing ingests of the same node stay memory safe; a pod they leave behind
-//! goes stale and [`Store::evict_stale`] frees it.
+//! node in flight). Racing ingests of the same node stay memory safe and leave no pod behind:
+//! the last to finish keeps its pods, and those of the other that it did not report go.
 
 mod entry;
 #[cfg(test)]
@@ -48,6 +48,7 @@ pub use slot::{UsageLink, UsageSlot};
 pub const LINKED_BATCH: usize = 8;
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
@@ -306,7 +307,21 @@ impl Store {
             Some(mut entry) => {
                 entry.pods_with_usage = ingested.pods_with_usage as u32;
                 entry.containers_with_usage = containers_with_usage;
-                entry.pods = new_pods;
+                let displaced = std::mem::replace(&mut entry.pods, new_pods);
+                if !displaced.is_empty() {
+                    // Another ingest of this node ran meanwhile: its pods that this one did
+                    // not report go, so every pod the node owns stays in its entry.
+                    let kept: HashSet<&PodKey> = entry.pods.iter().map(|p| &p.key).collect();
+                    let gone: Vec<PodHistory> = displaced
+                        .into_iter()
+                        .filter(|p| !kept.contains(&p.key))
+                        .collect();
+                    drop(kept);
+                    drop(entry);
+                    for pod in &gone {
+                        self.forget(node, pod);
+                    }
+                }
             }
             None => {
                 // Removed while this ingest ran: take its pods with it.
@@ -471,12 +486,23 @@ impl Store {
     }
 
     /// Drops every node (and its pods) whose last good scrape is older than the staleness
-    /// bound. Reads already ignore such data; this frees the memory.
+    /// bound. Reads already ignore such data; this frees the memory. A pod is only ever
+    /// fresher than its owner's last good scrape by being in it, so the pods that go are
+    /// those of the nodes that go.
     pub fn evict_stale(&self, now_ns: i64) {
-        self.nodes
-            .retain(|_, e| !self.is_stale(e.last_success_ns, now_ns));
-        self.pods
-            .retain(|_, e| !self.is_stale(e.slot.seen_ns(), now_ns));
+        let mut gone: Vec<(NodeName, Vec<PodHistory>)> = Vec::new();
+        self.nodes.retain(|name, e| {
+            let stale = self.is_stale(e.last_success_ns, now_ns);
+            if stale {
+                gone.push((name.clone(), std::mem::take(&mut e.pods)));
+            }
+            !stale
+        });
+        for (node, pods) in &gone {
+            for pod in pods {
+                self.forget(node, pod);
+            }
+        }
     }
 
     /// The node's usage, if it has servable, non-stale data.

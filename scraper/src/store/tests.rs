@@ -1179,6 +1179,48 @@ fn summary_nanocores_give_usage_after_one_scrape() {
 // ---- concurrency ----
 
 #[test]
+fn racing_ingests_of_one_node_leave_no_pod_behind() {
+    // The scrape loop never runs two ingests of one node at once, but the store allows it:
+    // whichever finishes last keeps its pods, and the other's go with the node.
+    const RACERS: usize = 4;
+    const ROUNDS: i64 = 300;
+    let store = store(15);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    std::thread::scope(|scope| {
+        for racer in 0..RACERS {
+            let (store, n) = (&store, &n);
+            scope.spawn(move || {
+                for round in 0..ROUNDS {
+                    let ts = T0 + round * SECOND;
+                    // Each racer reports its own pods, and a few every racer shares.
+                    let containers = (0..20)
+                        .map(|p| {
+                            let pod = if p < 5 {
+                                format!("shared-{p}")
+                            } else {
+                                format!("pod-{racer}-{}", (round as usize + p) % 40)
+                            };
+                            container(
+                                &pod,
+                                "c1",
+                                sample(ts, start, round as u64 * CORE_SECOND, MIB),
+                            )
+                        })
+                        .collect();
+                    store.ingest(n, &scrape(None, containers), ts);
+                }
+            });
+        }
+    });
+    let (nodes, pods) = store.entries();
+    assert_eq!(nodes, 1);
+    assert!(pods <= 20, "only the last ingest's pods are held: {pods}");
+    store.evict_stale(T0 + (ROUNDS + 31) * SECOND);
+    assert_eq!(store.entries(), (0, 0));
+}
+
+#[test]
 fn concurrent_ingests_and_reads_stay_consistent() {
     const WRITERS: usize = 4;
     const NODES_PER_WRITER: usize = 25;
