@@ -229,18 +229,17 @@ impl Drop for PodEntry {
 
 impl PodHistory {
     /// Replaces this pod's containers by `new` (sorted by name, unique), keeping each
-    /// surviving container's history, recomputes every rate and the pod's usage.
-    /// `history` is false when the pod changed owner: counters of another node do not pair.
+    /// surviving container's history, recomputes every rate and the pod's usage. A pod new
+    /// to its node's history has no containers yet: counters of another node, or from
+    /// before the pod left the store, never pair with the scrape's.
     pub(super) fn update(
         &mut self,
         new: &[NewContainer<'_>],
-        history: bool,
         resolution_ns: i64,
         names: &mut Names<'_>,
         mut on_skip: impl FnMut(Skipped<'_>),
     ) -> Option<Arc<PodUsage>> {
-        let same_names = history
-            && self.containers.len() == new.len()
+        let same_names = self.containers.len() == new.len()
             && self
                 .containers
                 .iter()
@@ -260,13 +259,10 @@ impl PodHistory {
         } else {
             let mut containers = Vec::with_capacity(new.len());
             for new in new {
-                let old = history
-                    .then(|| {
-                        self.containers
-                            .binary_search_by(|c| (*c.name).cmp(new.name))
-                            .ok()
-                    })
-                    .flatten()
+                let old = self
+                    .containers
+                    .binary_search_by(|c| (*c.name).cmp(new.name))
+                    .ok()
                     .map(|i| &self.containers[i]);
                 let prev = rate::next_container_prev(
                     old.map(|o| &o.last),

@@ -11,9 +11,11 @@
 //! order (by key hash): an ingest walks them beside the scrape's pods and publishes each
 //! pod's usage to its slot, so a pod the node reported last time costs no lookup in the pod
 //! map (whose entries, at 150,000 pods, are cache misses). The map is written only when a
-//! pod is new to its node, changes owner or goes. Namespaces and container names are interned: one allocation per distinct
-//! string. A writer holds one shard lock at a time and never across anything
-//! slow, so readers of other nodes and pods never wait for an ingest.
+//! pod is new to its node, changes owner or goes.
+//!
+//! Namespaces and container names are interned: one allocation per distinct string. A writer
+//! holds one shard lock at a time and never across anything slow, so readers of other nodes
+//! and pods never wait for an ingest.
 //!
 //! Semantics follow metrics-server `pkg/storage` (reference §4) with these differences:
 //! - an all-zero container sample (a finished init container) or one without CPU data is
@@ -262,7 +264,7 @@ impl Store {
                     }
                     Ordering::Less => {
                         if let Some(gone) = old.next() {
-                            self.forget(node, &gone);
+                            self.forget(node.as_str(), &gone);
                         }
                     }
                 }
@@ -281,7 +283,7 @@ impl Store {
             }
             if valid.is_empty() {
                 if let Some(gone) = history {
-                    self.forget(node, &gone);
+                    self.forget(node.as_str(), &gone);
                 }
                 continue;
             }
@@ -300,7 +302,7 @@ impl Store {
             new_pods.push(stored.history);
         }
         for gone in old {
-            self.forget(node, &gone);
+            self.forget(node.as_str(), &gone);
         }
 
         match self.nodes.get_mut(node.as_str()) {
@@ -319,14 +321,14 @@ impl Store {
                     drop(kept);
                     drop(entry);
                     for pod in &gone {
-                        self.forget(node, pod);
+                        self.forget(node.as_str(), pod);
                     }
                 }
             }
             None => {
                 // Removed while this ingest ran: take its pods with it.
                 for pod in &new_pods {
-                    self.forget(node, pod);
+                    self.forget(node.as_str(), pod);
                 }
             }
         }
@@ -334,8 +336,9 @@ impl Store {
     }
 
     /// Drops a pod this node no longer reports from the map, unless another node owns it.
-    fn forget(&self, node: &NodeName, pod: &PodHistory) {
-        self.pods.remove_if(&pod.key, |_, e| e.node == *node);
+    fn forget(&self, node: &str, pod: &PodHistory) {
+        self.pods
+            .remove_if(&pod.key, |_, e| e.node.as_str() == node);
     }
 
     /// Updates the node's own samples and usage (§4.2) and hands back its previous pod set.
@@ -401,18 +404,10 @@ impl Store {
         now_ns: i64,
         names: &mut Names<'_>,
     ) -> Option<StoredPod> {
-        if let Some(mut history) = history {
-            let usage = history.update(
-                pod.containers,
-                true,
-                self.resolution_ns,
-                names,
-                skipped(node, pod),
-            );
-            let has_usage = usage.is_some();
-            if history.slot.publish(history.owner, usage, now_ns) {
-                return Some(StoredPod::new(history, has_usage));
-            }
+        if let Some(stored) =
+            history.and_then(|history| self.update_pod(node, pod, history, now_ns, names))
+        {
+            return Some(stored);
         }
 
         let mut entry = match self.pods.get_mut(pod_view(&(pod.namespace, pod.name))) {
@@ -440,26 +435,38 @@ impl Store {
             entry.conflict_logged = false;
             entry.slot.take_over()
         };
-        // New to this node's history: counters from another node, or from before the pod
-        // left the store, do not pair with this scrape's.
-        let mut history = PodHistory {
+        let history = PodHistory {
             hash: pod.hash,
             key: entry.key().clone(),
             slot: Arc::clone(&entry.slot),
             owner,
             containers: Vec::new(),
         };
+        // Published while the map entry is held: no other node can take the pod over
+        // between the owner mark read above and the publish.
+        self.update_pod(node, pod, history, now_ns, names)
+    }
+
+    /// Updates the pod's history with the scrape and publishes its usage to the slot; `None`
+    /// when the slot refuses it (the node no longer owns the pod).
+    fn update_pod(
+        &self,
+        node: &NodeName,
+        pod: &PodScrape<'_, '_>,
+        mut history: PodHistory,
+        now_ns: i64,
+        names: &mut Names<'_>,
+    ) -> Option<StoredPod> {
         let usage = history.update(
             pod.containers,
-            false,
             self.resolution_ns,
             names,
             skipped(node, pod),
         );
         let has_usage = usage.is_some();
-        entry
+        history
             .slot
-            .publish(owner, usage, now_ns)
+            .publish(history.owner, usage, now_ns)
             .then(|| StoredPod::new(history, has_usage))
     }
 
@@ -479,16 +486,15 @@ impl Store {
     pub fn remove_node(&self, node: &str) {
         if let Some((_, entry)) = self.nodes.remove(node) {
             for pod in &entry.pods {
-                self.pods
-                    .remove_if(&pod.key, |_, e| e.node.as_str() == node);
+                self.forget(node, pod);
             }
         }
     }
 
     /// Drops every node (and its pods) whose last good scrape is older than the staleness
-    /// bound. Reads already ignore such data; this frees the memory. A pod is only ever
-    /// fresher than its owner's last good scrape by being in it, so the pods that go are
-    /// those of the nodes that go.
+    /// bound. Reads already ignore such data; this frees the memory. A pod's data is as
+    /// fresh as its owner's last good scrape (a scrape that leaves a pod out forgets it), so
+    /// the pods that go are those in the histories of the nodes that go.
     pub fn evict_stale(&self, now_ns: i64) {
         let mut gone: Vec<(NodeName, Vec<PodHistory>)> = Vec::new();
         self.nodes.retain(|name, e| {
@@ -500,7 +506,7 @@ impl Store {
         });
         for (node, pods) in &gone {
             for pod in pods {
-                self.forget(node, pod);
+                self.forget(node.as_str(), pod);
             }
         }
     }

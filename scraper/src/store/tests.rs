@@ -1047,7 +1047,7 @@ fn a_stale_owner_that_comes_back_does_not_overwrite_the_new_owners_pod() {
     // node1 answers again with the pod, whose counters pair with its own last ones: node2's
     // data is fresh, so node1's report is refused and node2's usage stays served.
     let back = t2 + SECOND;
-    let t1_cpu = 25 * CORE_SECOND + 100 * CORE_SECOND;
+    let cpu = (25 + 100) * CORE_SECOND; // node1's last was 25 core-seconds
     let from_a = store.ingest(
         &a,
         &scrape(
@@ -1055,7 +1055,7 @@ fn a_stale_owner_that_comes_back_does_not_overwrite_the_new_owners_pod() {
             vec![container(
                 "pod1",
                 "c1",
-                sample(back, T0 - 3600 * SECOND, t1_cpu, 7 * MIB),
+                sample(back, T0 - 3600 * SECOND, cpu, 7 * MIB),
             )],
         ),
         back,
