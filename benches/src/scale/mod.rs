@@ -479,7 +479,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             let busy = procfs::busy_share(machine_before, procfs::machine_ticks()?);
             let cpu_us = cpu * 1e6 / r.ok.max(1) as f64;
             println!(
-                "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s over {} connections: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms; server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
+                "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s over {} connections: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms (from the send: p50 {:.2}, p99 {:.2}, p99.9 {:.2} ms); server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
                 r.bytes,
                 r.connections,
                 r.ok,
@@ -490,6 +490,9 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 r.p99_ms,
                 r.p999_ms,
                 r.max_ms,
+                r.sent_ms[0],
+                r.sent_ms[1],
+                r.sent_ms[2],
                 busy * 100.0
             );
             if r.failed > 0 {
@@ -499,6 +502,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 "rate": rate, "connections": r.connections, "pods": per_target, "bytes": r.bytes,
                 "ok": r.ok, "unsent": r.unsent, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
+                "from_send_ms": {"p50": r.sent_ms[0], "p99": r.sent_ms[1], "p999": r.sent_ms[2]},
                 "server_cpu_us_per_request": cpu_us, "machine_busy_share": busy,
             }));
         }
