@@ -221,7 +221,8 @@ fn errors_are_negotiated_status_objects() {
 #[test]
 fn large_protobuf_list_is_streamed_and_exact() {
     let mut f = Fake::default();
-    for i in 0..5_000 {
+    let pods = 12_000;
+    for i in 0..pods {
         f.add_pod(
             &format!("ns-{:02}", i % 50),
             &format!("pod-{i:05}"),
@@ -241,7 +242,7 @@ fn large_protobuf_list_is_streamed_and_exact() {
     let bytes = same_as_json(&h, uri, CLIENT_GO);
     assert_eq!(bytes, r.body.len());
     let v = k8s_proto::to_json(&r.body);
-    assert_eq!(v["items"].as_array().unwrap().len(), 5_000);
+    assert_eq!(v["items"].as_array().unwrap().len(), pods as usize);
 }
 
 /// Around the size up to which a list is written whole and measured afterwards (and past

@@ -187,7 +187,7 @@ mod tests {
     const SECOND: i64 = 1_000_000_000;
     const NOW_NS: i64 = 1_700_000_000 * SECOND;
 
-    /// Namespaces `a` (3 pods), `big` (2,500: many frames), `c` (150: more items than a
+    /// Namespaces `a` (3 pods), `big` (8,000: many frames), `c` (150: more items than a
     /// collected list buffers, less than a frame); every pod labelled
     /// `app`, every 7th pod without usage (its node reported nothing for it); usage also for
     /// `big/web-late`, a pod the inventory does not know yet.
@@ -197,7 +197,7 @@ mod tests {
         let interner = inventory.interner();
         let mut records = Vec::new();
         let mut reported = Vec::new();
-        for (ns, count) in [("a", 3), ("big", 2_500), ("c", 150)] {
+        for (ns, count) in [("a", 3), ("big", 8_000), ("c", 150)] {
             for i in 0..count {
                 let name = format!("web-{i:05}");
                 let app = format!("app-{}", i % 5);

@@ -115,7 +115,11 @@ pub async fn run_rate(
                     continue;
                 }
                 tokio::time::sleep_until(due).await;
-                let sent = if previous_answered > due { due } else { Instant::now() };
+                let sent = if previous_answered > due {
+                    due
+                } else {
+                    Instant::now()
+                };
                 let path = hpa_path((seq as usize) % targets);
                 match client.get_accepting(&path, HPA_ACCEPT, b"", false).await {
                     Ok(f) if f.status.is_success() => {
