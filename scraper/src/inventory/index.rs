@@ -101,8 +101,8 @@ impl LabelIndex {
     pub(super) fn candidates<'a>(
         &'a self,
         key: &str,
-        values: &'a [String],
-    ) -> Candidates<impl Iterator<Item = &'a Arc<PodRecord>> + 'a> {
+        values: &[String],
+    ) -> Candidates<impl Iterator<Item = &'a Arc<PodRecord>> + use<'a>> {
         let sets: Vec<&Pods> = self
             .by_key
             .get(key)

@@ -323,7 +323,7 @@ impl Namespace {
     /// The pods `selector` matches, by name: through the label index when the selector
     /// requires one of some values of a label (the narrowest such requirement), else by
     /// walking the namespace.
-    fn matching(&self, selector: &LabelSelector, out: &mut Vec<Arc<PodRecord>>) {
+    fn matching<'a>(&'a self, selector: &LabelSelector, out: &mut Vec<&'a Arc<PodRecord>>) {
         let narrowest = selector
             .required_values()
             .map(|(key, values)| (key, values, self.index.candidates(key, values)))
@@ -336,14 +336,9 @@ impl Namespace {
                 out.reserve(candidates.count);
                 let rest = selector.besides(key, values);
                 if rest.is_everything() {
-                    out.extend(candidates.pods.cloned());
+                    out.extend(candidates.pods);
                 } else {
-                    out.extend(
-                        candidates
-                            .pods
-                            .filter(|pod| rest.matches(&pod.labels))
-                            .cloned(),
-                    );
+                    out.extend(candidates.pods.filter(|pod| rest.matches(&pod.labels)));
                 }
                 if !candidates.sorted {
                     out[start..].sort_by(|a, b| a.key.name.cmp(&b.key.name));
@@ -352,8 +347,7 @@ impl Namespace {
             None => out.extend(
                 self.by_name
                     .values()
-                    .filter(|pod| selector.matches(&pod.labels))
-                    .cloned(),
+                    .filter(|pod| selector.matches(&pod.labels)),
             ),
         }
     }
@@ -381,6 +375,28 @@ struct PodMap {
 }
 
 impl PodMap {
+    /// The pods of `namespace` (or of all) that `selector` matches, in namespace-then-name
+    /// order (see [`Namespace::matching`]).
+    fn matching<'a>(
+        &'a self,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+        out: &mut Vec<&'a Arc<PodRecord>>,
+    ) {
+        match namespace {
+            Some(namespace) => {
+                if let Some(ns) = self.by_namespace.get(namespace) {
+                    ns.matching(selector, out);
+                }
+            }
+            None => {
+                for ns in self.by_namespace.values() {
+                    ns.matching(selector, out);
+                }
+            }
+        }
+    }
+
     /// Visits up to `limit` pods of `namespace` (or of all) in order, starting after
     /// `after`, in batches; returns the last visited key when it stopped at the limit.
     fn visit_from(
@@ -615,7 +631,18 @@ impl Inventory {
         mut visit: impl FnMut(&[&Arc<PodRecord>]),
     ) {
         if !selector.is_empty() {
-            in_batches(&self.pods_matching(namespace, selector), visit);
+            let pods = self.pods.read();
+            let mut matched = Vec::new();
+            pods.matching(namespace, selector, &mut matched);
+            if matched.len() <= VISIT_YIELD_EVERY {
+                // A few (an HPA's ~100): visited in place, with no reference count touched.
+                matched.chunks(VISIT_BATCH).for_each(visit);
+                return;
+            }
+            // Many: copied out, so a waiting writer is not held up for the whole visit.
+            let owned: Vec<Arc<PodRecord>> = matched.into_iter().cloned().collect();
+            drop(pods);
+            in_batches(&owned, visit);
             return;
         }
         let mut pods = self.pods.read();
@@ -686,19 +713,8 @@ impl Inventory {
         }
         let pods = self.pods.read();
         let mut out = Vec::new();
-        match namespace {
-            Some(namespace) => {
-                if let Some(ns) = pods.by_namespace.get(namespace) {
-                    ns.matching(selector, &mut out);
-                }
-            }
-            None => {
-                for ns in pods.by_namespace.values() {
-                    ns.matching(selector, &mut out);
-                }
-            }
-        }
-        out
+        pods.matching(namespace, selector, &mut out);
+        out.into_iter().cloned().collect()
     }
 
     /// How many Running pods there are.

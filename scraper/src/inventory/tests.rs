@@ -602,8 +602,11 @@ fn visiting_pods_sees_what_a_copy_sees_in_the_same_order() {
     }
     inv.replace_pods(records);
     let web = LabelSelector::parse("app=web").unwrap();
+    // Past VISIT_YIELD_EVERY matches in all namespaces and in `big`: copied out, not visited
+    // in place.
+    let any = LabelSelector::parse("app in (web,db)").unwrap();
     for namespace in [None, Some("big"), Some("mid"), Some("a"), Some("none")] {
-        for selector in [LabelSelector::default(), web.clone()] {
+        for selector in [LabelSelector::default(), web.clone(), any.clone()] {
             let mut visited = Vec::new();
             inv.visit_pods(namespace, &selector, |batch| {
                 assert!(!batch.is_empty() && batch.len() <= VISIT_BATCH);
@@ -719,6 +722,43 @@ fn a_waiting_writer_gets_in_while_a_long_visit_runs() {
     assert!(seen_written, "the writer only got in after the visit");
     assert_eq!(visited.len(), 3 * VISIT_YIELD_EVERY + 1);
     assert_eq!(visited.last().map(String::as_str), Some("zz/late"));
+}
+
+/// A selector's few matches (an HPA's) are visited in place under the read lock; many are
+/// copied out first, so a writer is not held up while they are visited.
+#[test]
+fn a_visit_holds_the_lock_only_for_a_few_selected_pods() {
+    let inv = Inventory::new();
+    let records = (0..VISIT_YIELD_EVERY + 1)
+        .map(|i| {
+            let app = if i < 100 { "few" } else { "many" };
+            pod(
+                &inv,
+                "a",
+                &format!("p{i:05}"),
+                &[("app", app), ("all", "yes")],
+                "n",
+            )
+        })
+        .collect();
+    inv.replace_pods(records);
+    let visit = |selector: &str| {
+        let (mut pods, mut writable) = (0, Vec::new());
+        inv.visit_pods(None, &LabelSelector::parse(selector).unwrap(), |batch| {
+            pods += batch.len();
+            writable.push(inv.pods.try_write().is_some());
+        });
+        (pods, writable)
+    };
+    let (pods, writable) = visit("app=few");
+    assert_eq!(pods, 100);
+    assert!(
+        writable.iter().all(|w| !w),
+        "visited in place, under the lock"
+    );
+    let (pods, writable) = visit("all=yes");
+    assert_eq!(pods, VISIT_YIELD_EVERY + 1);
+    assert!(writable.iter().all(|w| *w), "copied out: a writer gets in");
 }
 
 /// A label set's encoding is made once and shared by every holder of the set; another set
