@@ -61,6 +61,16 @@ impl Freshness {
         }
     }
 
+    /// The bucket of an observation of `seconds`: the first bound at or above it, else
+    /// `+Inf`. (A branch-free count of the bounds below it was measured: 3x the
+    /// instructions of this scan.)
+    fn bucket(&self, seconds: f64) -> usize {
+        self.bounds
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(BUCKETS)
+    }
+
     /// Total observations so far.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
@@ -77,13 +87,7 @@ impl Batch<'_> {
     /// Records `now - timestamp` in seconds.
     pub fn observe(&mut self, now_ns: i64, timestamp_ns: i64) {
         let seconds = now_ns.saturating_sub(timestamp_ns) as f64 / 1e9;
-        let i = self
-            .histogram
-            .bounds
-            .iter()
-            .position(|b| seconds <= *b)
-            .unwrap_or(BUCKETS);
-        self.counts[i] += 1;
+        self.counts[self.histogram.bucket(seconds)] += 1;
         self.sum += seconds;
     }
 }
@@ -122,5 +126,55 @@ impl Collector for Freshness {
         let metric = encoder.encode_descriptor(NAME, HELP, None, MetricType::Histogram)?;
         let mut metric = metric;
         metric.encode_histogram::<NoLabelSet>(sum, self.count(), &buckets, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Go's bucket for an age: the first `1.364^k` (k < 20) at or above it, else `+Inf`.
+    fn go_bucket(seconds: f64) -> usize {
+        (0..BUCKETS)
+            .find(|&k| seconds <= 1.364f64.powi(k as i32))
+            .unwrap_or(BUCKETS)
+    }
+
+    /// A batch counts every observation in its bucket (bounds included in their own, as Go's
+    /// `le`), and merges them once at its end.
+    #[test]
+    fn a_batch_counts_every_observation_in_its_bucket() {
+        const S: i64 = 1_000_000_000;
+        let now = 1_700_000_000 * S;
+        let pairs = [
+            (now, now),
+            (now, now),
+            (now, now - S + 1),
+            (now, now - S),
+            (now, now - S - 1),
+            (now, now - S - 1),
+            (now + S, now - S - 1),
+            (now + S, now - 15 * S),
+            (now + S, now - 15 * S),
+            (now, now - 15 * S),
+            (now, now - 90_000 * S),
+            (now, now + 3 * S),
+            (now, now - 1_364_000_000),
+            (now, now - 1_364_000_001),
+        ];
+        let h = Freshness::new();
+        let mut expected = [0u64; BUCKETS + 1];
+        {
+            let mut batch = h.batch();
+            for (now, timestamp) in pairs {
+                batch.observe(now, timestamp);
+                expected[go_bucket((now - timestamp) as f64 / 1e9)] += 1;
+            }
+            assert_eq!(h.count(), 0, "merged only when the batch ends");
+        }
+        assert_eq!(h.count(), pairs.len() as u64);
+        let counts: Vec<u64> = h.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        assert_eq!(counts, expected);
+        assert!(expected.iter().filter(|c| **c > 0).count() >= 5);
     }
 }
