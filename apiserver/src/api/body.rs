@@ -13,8 +13,9 @@ use super::encode::Ctx;
 use crate::body::Body;
 
 /// Target size of one streamed frame. 256 KiB rather than 64: four alternated pairs of
-/// 150,000-pod lists over HTTPS (BENCHMARKS.md, "Larger frames") took 0.80-0.87 of the
-/// server CPU per JSON list and 0.76-0.96 per gzip one, for 192 KiB more per list in flight.
+/// 150,000-pod lists over HTTPS (BENCHMARKS.md, "Streamed lists in 256 KiB frames") took
+/// 0.80-0.87 of the server CPU per JSON list and 0.77-0.96 per gzip one, for 192 KiB more
+/// per list in flight.
 pub const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Lists with at most this many items are encoded into one buffer (with a Content-Length).

@@ -52,7 +52,7 @@ pub struct RateRun {
     pub max_ms: f64,
     /// Latency from the send (from due where the connection was behind), in ms: 50th, 99th and
     /// 99.9th percentiles.
-    pub sent_ms: [f64; 3],
+    pub from_send_ms: [f64; 3],
     /// Protobuf bytes of one answer (the last one).
     pub bytes: usize,
 }
@@ -158,7 +158,7 @@ pub async fn run_rate(
         p99_ms: percentile(&all, 0.99),
         p999_ms: percentile(&all, 0.999),
         max_ms: all.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
-        sent_ms: [0.50, 0.99, 0.999].map(|q| percentile(&all_sent, q)),
+        from_send_ms: [0.50, 0.99, 0.999].map(|q| percentile(&all_sent, q)),
         bytes,
     })
 }

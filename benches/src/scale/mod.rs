@@ -490,9 +490,9 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 r.p99_ms,
                 r.p999_ms,
                 r.max_ms,
-                r.sent_ms[0],
-                r.sent_ms[1],
-                r.sent_ms[2],
+                r.from_send_ms[0],
+                r.from_send_ms[1],
+                r.from_send_ms[2],
                 busy * 100.0
             );
             if r.failed > 0 {
@@ -502,7 +502,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 "rate": rate, "connections": r.connections, "pods": per_target, "bytes": r.bytes,
                 "ok": r.ok, "unsent": r.unsent, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
-                "from_send_ms": {"p50": r.sent_ms[0], "p99": r.sent_ms[1], "p999": r.sent_ms[2]},
+                "from_send_ms": {"p50": r.from_send_ms[0], "p99": r.from_send_ms[1], "p999": r.from_send_ms[2]},
                 "server_cpu_us_per_request": cpu_us, "machine_busy_share": busy,
             }));
         }

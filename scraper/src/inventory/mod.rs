@@ -622,7 +622,12 @@ impl Inventory {
     /// in the pods after it (the order stays sorted and no pod is visited twice), as it
     /// would in a list served a moment later.
     ///
-    /// `visit` runs under the read lock: it must not call back into this inventory (a
+    /// A label selector's matches are gathered first (through the label index where it
+    /// can): up to [`VISIT_YIELD_EVERY`] of them (an HPA's ~100) are visited in place under
+    /// the lock, one snapshot; more are copied out and visited after the lock is released,
+    /// so a writer never waits for more than that many pods.
+    ///
+    /// `visit` may run under the read lock: it must not call back into this inventory (a
     /// second read behind a waiting writer would wait forever).
     pub fn visit_pods(
         &self,
