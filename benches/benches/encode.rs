@@ -237,7 +237,11 @@ fn live(nodes: usize, pods_per_node: usize) -> Live {
             let pod = format!("{app}-5d8f9c7b6-{i:06}");
             pod_records.push(PodRecord {
                 usage: scraper::store::UsageLink::new(),
-                key: PodKey::new(&ns, &pod),
+                // The namespace shared through the interner, as the inventory's watch keeps it.
+                key: PodKey {
+                    namespace: interner.string(&ns),
+                    name: Arc::from(pod.as_str()),
+                },
                 labels: interner
                     .labels([("app", app.as_str()), ("pod-template-hash", "5d8f9c7b6")]),
                 node_name: Some(NodeName::from(name.as_str())),
@@ -570,7 +574,7 @@ fn walk(live: &Live, iters: u32) {
                 .inventory
                 .visit_pods_after(None, after.as_ref(), 64, |records| {
                     for record in records {
-                        std::hint::black_box(record.key.name.as_bytes().first());
+                        std::hint::black_box(record.key.name.as_bytes().first().copied());
                     }
                     for record in records {
                         record.usage.warm();

@@ -36,13 +36,22 @@ impl PodItem {
     /// discards it: [`super::body::ListBody::warming`] calls it for a batch of items ahead.
     pub fn warm(&self) {
         let record = &*self.record;
-        std::hint::black_box(record.key.name.as_bytes().first().copied());
+        warm_name(record);
         // The label set (shared, its encodings beside the pairs), not its pairs.
         std::hint::black_box(record.labels.is_empty());
         let usage = &*self.usage;
         std::hint::black_box(usage.timestamp_ns);
         std::hint::black_box(usage.containers.last().map(|c| c.memory_bytes));
     }
+}
+
+/// Loads the first byte of `record`'s name and discards it: the name is its own allocation,
+/// so a writer that reaches it cold waits for it. The byte itself must be read (a reference
+/// to it costs no load at all: `black_box(name.first())` left every name of the streamed list
+/// to miss in the writer, 13 ms of an 80 ms list).
+#[inline]
+pub fn warm_name(record: &PodRecord) {
+    std::hint::black_box(record.key.name.as_bytes().first().copied());
 }
 
 /// What the row object of a Table holds (`includeObject`).

@@ -132,9 +132,7 @@ impl<S: Source> Frames for PodStream<S> {
                     return;
                 }
                 // The names are read only by the writer: loaded with the batch's records.
-                for record in records {
-                    std::hint::black_box(record.key.name.as_bytes().first());
-                }
+                records.iter().for_each(|r| encode::warm_name(r));
                 select_batch(
                     &**source,
                     records,
