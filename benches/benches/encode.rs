@@ -544,17 +544,31 @@ fn repeat<S: Source>(
 /// asks) one after the other: 300 pods of 150,000 at the default size (120 with
 /// `ENCODE_NODES=2000`, a list short enough to be one buffer). For callgrind
 /// (`--toggle-collect='encode::run*'`: instructions per request are the total over `iters`);
-/// the wall clock it prints is noisy.
+/// the wall clock it prints is noisy. `ENCODE_HPA_NAMESPACES=<n>` (at most 500) asks of
+/// `n` namespaces in turn instead of one, so a request finds its pods' memory cold, as a
+/// server answering many HPAs does.
 #[allow(clippy::disallowed_methods)]
 fn hpa<S: Source>(h: &Handler<S>, iters: u32) {
-    let parts = request(
-        "/apis/metrics.k8s.io/v1beta1/namespaces/team-007/pods?labelSelector=pod-template-hash%3D5d8f9c7b6",
-        CLIENT_GO,
-    );
+    let namespaces = std::env::var("ENCODE_HPA_NAMESPACES")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1)
+        .clamp(1, 500);
+    let requests: Vec<_> = (0..namespaces)
+        .map(|n| {
+            request(
+                &format!(
+                    "/apis/metrics.k8s.io/v1beta1/namespaces/team-{:03}/pods?labelSelector=pod-template-hash%3D5d8f9c7b6",
+                    (n + 7) % 500
+                ),
+                CLIENT_GO,
+            )
+        })
+        .collect();
     let started = std::time::Instant::now();
     let mut bytes = 0;
-    for _ in 0..iters {
-        bytes = run(h, &parts).0;
+    for (_, parts) in (0..iters).zip(requests.iter().cycle()) {
+        bytes = run(h, parts).0;
     }
     let each = started.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1));
     eprintln!("hpa: {iters} requests of {bytes} bytes, {each:.1} us each (wall)");
