@@ -48,7 +48,7 @@ impl PodItem {
 /// Loads the first byte of `record`'s name and discards it: the name is its own allocation,
 /// so a writer that reaches it cold waits for it. The byte itself must be read (a reference
 /// to it costs no load at all: `black_box(name.first())` left every name of the streamed list
-/// to miss in the writer, 13 ms of an 80 ms list).
+/// to miss in the writer, ~13 ms of a ~77 ms list of 150,000 pods in process).
 #[inline]
 pub fn warm_name(record: &PodRecord) {
     std::hint::black_box(record.key.name.as_bytes().first().copied());
