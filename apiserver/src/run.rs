@@ -264,7 +264,12 @@ pub async fn run_with(
 
     // Shared state, the router and the server.
     let mut registry = Registry::default();
-    let store = Arc::new(Store::new(settings.store));
+    // The store measures each pod's containers for the protobuf lists as it builds usage.
+    let store = Arc::new(Store::new(
+        settings
+            .store
+            .measured_by(crate::api::proto::containers_len),
+    ));
     let progress = Arc::new(Progress::default());
     let metrics = Arc::new(Metrics::new(&mut registry, settings.resolution()));
     let delegation = match setup.auth {

@@ -127,26 +127,28 @@ impl Memory {
                 let app = format!("app-{:04}", i / 30);
                 let pod = format!("{app}-5d8f9c7b6-{i:06}");
                 let key = PodKey::new(&ns, &pod);
+                let containers: scraper::point::Containers = vec![
+                    ContainerUsage {
+                        name: Arc::from("app"),
+                        cpu_nanocores: 4_710_169 + i as u64,
+                        memory_bytes: 12_533_760,
+                        swap_bytes: None,
+                    },
+                    ContainerUsage {
+                        name: Arc::from("istio-proxy"),
+                        cpu_nanocores: 12_345_000,
+                        memory_bytes: 50_331_648 + (i as u64 % 7),
+                        swap_bytes: None,
+                    },
+                ]
+                .into();
                 m.pod_usage.insert(
                     key.name.as_ptr() as usize,
                     Arc::new(PodUsage {
                         timestamp_ns: NOW_NS - 7_000_000_000,
                         window_ns: 15_012_000_000,
-                        containers: vec![
-                            ContainerUsage {
-                                name: Arc::from("app"),
-                                cpu_nanocores: 4_710_169 + i as u64,
-                                memory_bytes: 12_533_760,
-                                swap_bytes: None,
-                            },
-                            ContainerUsage {
-                                name: Arc::from("istio-proxy"),
-                                cpu_nanocores: 12_345_000,
-                                memory_bytes: 50_331_648 + (i as u64 % 7),
-                                swap_bytes: None,
-                            },
-                        ]
-                        .into(),
+                        containers_len: apiserver::api::proto::containers_len(&containers),
+                        containers,
                     }),
                 );
                 m.pods.push(Arc::new(PodRecord {
@@ -209,9 +211,11 @@ impl Source for Memory {
 fn live(nodes: usize, pods_per_node: usize) -> Live {
     const SECOND: i64 = 1_000_000_000;
     let inventory = Arc::new(Inventory::new());
-    let store = Arc::new(Store::new(scraper::store::Config::new(
-        std::time::Duration::from_secs(15),
-    )));
+    // Measured as the server's store is (`run.rs`).
+    let store = Arc::new(Store::new(
+        scraper::store::Config::new(std::time::Duration::from_secs(15))
+            .measured_by(apiserver::api::proto::containers_len),
+    ));
     let interner = inventory.interner();
     let mut node_records = Vec::new();
     let mut pod_records = Vec::new();

@@ -153,6 +153,11 @@ pub struct PodUsage {
     pub window_ns: i64,
     /// Containers sorted by name.
     pub containers: Containers,
+    /// `containers`' length in the API server's encoding, as the store's
+    /// [`crate::store::Config::measure`] gave it when the usage was built; 0 when there is
+    /// no measure. A list that needs its length before its first byte (protobuf's) reads
+    /// this instead of every container's memory.
+    pub containers_len: u32,
 }
 
 /// A pod's containers' usage: up to two inline in the [`PodUsage`] itself (one allocation per

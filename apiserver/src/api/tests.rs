@@ -66,18 +66,22 @@ impl Fake {
             node_name: Some(NodeName::from("n1")),
         };
         let usage = containers.map(|cs| {
+            let containers: scraper::point::Containers = cs
+                .iter()
+                .map(|(n, cpu, mem)| ContainerUsage {
+                    name: Arc::from(*n),
+                    cpu_nanocores: *cpu,
+                    memory_bytes: *mem,
+                    swap_bytes: None,
+                })
+                .collect();
+            // Measured as the server's store measures (pod_len checks it in debug builds).
+            let containers_len = crate::api::proto::containers_len(&containers);
             Arc::new(PodUsage {
                 timestamp_ns: TS,
                 window_ns: 15_012_000_000,
-                containers: cs
-                    .iter()
-                    .map(|(n, cpu, mem)| ContainerUsage {
-                        name: Arc::from(*n),
-                        cpu_nanocores: *cpu,
-                        memory_bytes: *mem,
-                        swap_bytes: None,
-                    })
-                    .collect(),
+                containers,
+                containers_len,
             })
         });
         self.pods

@@ -253,8 +253,8 @@ impl Flags {
                 node_selector: self.node_selector()?,
             },
             store: scraper::store::Config {
-                resolution: self.resolution(),
                 staleness: self.staleness(),
+                ..scraper::store::Config::new(self.resolution())
             },
             kubelet: crate::credentials::kubelet::Config {
                 ca_file: k.kubelet_certificate_authority.clone(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::inventory::Interner;
 use crate::point::{ContainerUsage, Containers, NodeName, PodKey, PodUsage, Usage};
 
+use super::Measure;
 use super::rate::{self, Point, RateError};
 use super::slot::UsageSlot;
 
@@ -236,6 +237,7 @@ impl PodHistory {
         &mut self,
         new: &[NewContainer<'_>],
         resolution_ns: i64,
+        measure: Option<Measure>,
         names: &mut Names<'_>,
         mut on_skip: impl FnMut(Skipped<'_>),
     ) -> Option<Arc<PodUsage>> {
@@ -292,13 +294,13 @@ impl PodHistory {
                 }
             };
         }
-        self.build_usage()
+        self.build_usage(measure)
     }
 
     /// The pod's usage: only when no container waits for a previous point and at least one
     /// has usage; time info from the container with the earliest timestamp
-    /// (metrics-server `pkg/storage/pod.go`, reference §2.4).
-    fn build_usage(&self) -> Option<Arc<PodUsage>> {
+    /// (metrics-server `pkg/storage/pod.go`, reference §2.4); measured by `measure`.
+    fn build_usage(&self, measure: Option<Measure>) -> Option<Arc<PodUsage>> {
         if self.containers.iter().any(|c| c.rate == Rate::Pending) {
             return None;
         }
@@ -322,10 +324,12 @@ impl PodHistory {
             })
             .collect();
         let earliest = earliest?;
+        let containers_len = measure.map_or(0, |measure| measure(&containers));
         Some(Arc::new(PodUsage {
             timestamp_ns: earliest.timestamp_ns,
             window_ns: earliest.window_ns,
             containers,
+            containers_len,
         }))
     }
 }

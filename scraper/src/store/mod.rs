@@ -58,7 +58,9 @@ use std::time::Duration;
 use dashmap::DashMap;
 use foldhash::fast::RandomState;
 
-use crate::point::{ContainerSample, NodeName, NodeScrape, PodKey, PodUsage, Usage};
+use crate::point::{
+    ContainerSample, ContainerUsage, NodeName, NodeScrape, PodKey, PodUsage, Usage,
+};
 
 use crate::inventory::Interner;
 use entry::{KeyView, Names, NewContainer, NodeEntry, PodEntry, PodHistory, Skipped};
@@ -73,7 +75,15 @@ pub struct Config {
     /// How long the last good data of a node (and its pods) survives failed scrapes.
     /// Default: 2 x resolution.
     pub staleness: Duration,
+    /// Measures a pod's containers when their usage is built, into
+    /// [`PodUsage::containers_len`]: once per scrape, while they are in cache, instead of at
+    /// every list that needs the length. None by default.
+    pub measure: Option<Measure>,
 }
+
+/// What [`Config::measure`] computes: the length of a pod's containers in the reader's
+/// encoding (it must not be 0 for a non-empty list, and must fit a `u32`).
+pub type Measure = fn(&[ContainerUsage]) -> u32;
 
 impl Config {
     /// Defaults for a resolution: staleness = 2 x resolution.
@@ -81,6 +91,15 @@ impl Config {
         Config {
             resolution,
             staleness: resolution * 2,
+            measure: None,
+        }
+    }
+
+    /// The same settings with `measure` for every pod usage built.
+    pub fn measured_by(self, measure: Measure) -> Self {
+        Config {
+            measure: Some(measure),
+            ..self
         }
     }
 }
@@ -460,6 +479,7 @@ impl Store {
         let usage = history.update(
             pod.containers,
             self.resolution_ns,
+            self.config.measure,
             names,
             skipped(node, pod),
         );

@@ -227,6 +227,53 @@ fn pod_not_fresh_needs_two_batches() {
     assert_eq!(store.pod("other", "pod1", t2), None);
 }
 
+/// A store with a measure gives every pod usage it builds the measure of its containers
+/// (sorted, as served), at every scrape; without one the length is 0 (unmeasured).
+#[test]
+fn pod_usage_carries_its_measure_of_each_scrape() {
+    // Depends on names, order and values: a stale or unsorted measure shows.
+    fn measure(containers: &[ContainerUsage]) -> u32 {
+        containers.iter().enumerate().fold(0, |acc, (i, c)| {
+            acc * 31 + (i as u32 + 1) * (c.name.len() as u32 + (c.memory_bytes / MIB) as u32)
+        })
+    }
+    let measured = Store::new(Config::new(Duration::from_secs(60)).measured_by(measure));
+    let plain = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    // The first scrape gives no usage (no rate yet); each later one builds it anew.
+    for (i, memory) in [(0, MIB), (1, 2 * MIB), (2, 7 * MIB), (3, 5 * MIB)] {
+        let ts = T0 + i * 15 * SECOND;
+        let batch = vec![
+            container(
+                "pod1",
+                "zeta",
+                sample(ts, start, i as u64 * CORE_SECOND, MIB),
+            ),
+            container(
+                "pod1",
+                "alpha",
+                sample(ts, start, i as u64 * CORE_SECOND, memory),
+            ),
+        ];
+        measured.ingest(&n, &scrape(None, batch.clone()), ts);
+        plain.ingest(&n, &scrape(None, batch), ts);
+        if i == 0 {
+            continue;
+        }
+        let (Some(pod), Some(unmeasured)) =
+            (measured.pod("ns", "pod1", ts), plain.pod("ns", "pod1", ts))
+        else {
+            panic!("pod1 has usage after scrape {i}");
+        };
+        assert_eq!(names(&pod), ["alpha", "zeta"]);
+        assert_eq!(pod.containers_len, measure(&pod.containers), "scrape {i}");
+        assert_ne!(pod.containers_len, 0);
+        assert_eq!(unmeasured.containers_len, 0);
+        assert_eq!(unmeasured.containers, pod.containers);
+    }
+}
+
 #[test]
 fn pod_time_info_comes_from_the_earliest_container_and_containers_are_sorted() {
     let store = store(60);
