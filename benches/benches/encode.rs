@@ -128,18 +128,13 @@ impl Memory {
                 let pod = format!("{app}-5d8f9c7b6-{i:06}");
                 let key = PodKey::new(&ns, &pod);
                 let containers: scraper::point::Containers = vec![
-                    ContainerUsage {
-                        name: Arc::from("app"),
-                        cpu_nanocores: 4_710_169 + i as u64,
-                        memory_bytes: 12_533_760,
-                        swap_bytes: None,
-                    },
-                    ContainerUsage {
-                        name: Arc::from("istio-proxy"),
-                        cpu_nanocores: 12_345_000,
-                        memory_bytes: 50_331_648 + (i as u64 % 7),
-                        swap_bytes: None,
-                    },
+                    ContainerUsage::new(Arc::from("app"), 4_710_169 + i as u64, 12_533_760, None),
+                    ContainerUsage::new(
+                        Arc::from("istio-proxy"),
+                        12_345_000,
+                        50_331_648 + (i as u64 % 7),
+                        None,
+                    ),
                 ]
                 .into();
                 m.pod_usage.insert(

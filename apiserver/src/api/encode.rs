@@ -254,7 +254,7 @@ pub fn write_pod_stamped(
         out.extend_from_slice(b"{\"name\":");
         write_str(out, &c.name);
         out.extend_from_slice(b",\"usage\":");
-        write_usage(out, c.cpu_nanocores, c.memory_bytes, c.swap_bytes);
+        write_usage(out, c.cpu_nanocores, c.memory_bytes, c.swap_bytes());
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");

@@ -250,7 +250,7 @@ impl Resources {
         Resources {
             cpu_nanocores: c.cpu_nanocores,
             memory_bytes: c.memory_bytes,
-            swap_bytes: c.swap_bytes,
+            swap_bytes: c.swap_bytes(),
         }
     }
 
@@ -616,11 +616,13 @@ mod tests {
                 .map(|i| (Arc::from(format!("k{i:02}{long}")), Arc::from("v")))
                 .collect();
             let containers: Vec<ContainerUsage> = (0..next() % 4)
-                .map(|i| ContainerUsage {
-                    name: Arc::from(format!("c{i}{}", &long[..long.len().min(round % 200)])),
-                    cpu_nanocores: next() >> (next() % 64),
-                    memory_bytes: next() >> (next() % 64),
-                    swap_bytes: (next() % 2 == 0).then(|| next() >> (next() % 64)),
+                .map(|i| {
+                    ContainerUsage::new(
+                        Arc::from(format!("c{i}{}", &long[..long.len().min(round % 200)])),
+                        next() >> (next() % 64),
+                        next() >> (next() % 64),
+                        (next() % 2 == 0).then(|| next() >> (next() % 64)),
+                    )
                 })
                 .collect();
             let ts = next() as i64;
@@ -656,7 +658,7 @@ mod tests {
                     window_ns: -(next() as i64 >> 3),
                     cpu_nanocores: next(),
                     memory_bytes: next() >> 20,
-                    swap_bytes: containers.first().and_then(|c| c.swap_bytes),
+                    swap_bytes: containers.first().and_then(ContainerUsage::swap_bytes),
                 },
             };
             let ctx = Ctx::new("metrics.k8s.io/v1", next() as i64);

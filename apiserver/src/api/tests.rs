@@ -68,12 +68,7 @@ impl Fake {
         let usage = containers.map(|cs| {
             let containers: scraper::point::Containers = cs
                 .iter()
-                .map(|(n, cpu, mem)| ContainerUsage {
-                    name: Arc::from(*n),
-                    cpu_nanocores: *cpu,
-                    memory_bytes: *mem,
-                    swap_bytes: None,
-                })
+                .map(|(n, cpu, mem)| ContainerUsage::new(Arc::from(*n), *cpu, *mem, None))
                 .collect();
             // Measured as the server's store measures (pod_len checks it in debug builds).
             let containers_len = crate::api::proto::containers_len(&containers);
@@ -364,20 +359,11 @@ pub(super) fn with_swap(b_usage: (u64, u64)) -> Fake {
     let (record, u) = f.pods[&key].clone();
     let mut u = (*u.unwrap()).clone();
     u.containers = vec![
-        ContainerUsage {
-            name: Arc::from("a"),
-            cpu_nanocores: 1_000_000,
-            memory_bytes: 1 << 20,
-            swap_bytes: Some(0),
-        },
-        ContainerUsage {
-            name: Arc::from("b"),
-            cpu_nanocores: b_usage.0,
-            memory_bytes: b_usage.1,
-            swap_bytes: None,
-        },
+        ContainerUsage::new(Arc::from("a"), 1_000_000, 1 << 20, Some(0)),
+        ContainerUsage::new(Arc::from("b"), b_usage.0, b_usage.1, None),
     ]
     .into();
+    u.containers_len = crate::api::proto::containers_len(&u.containers);
     f.pods.insert(key, (record, Some(Arc::new(u))));
     f
 }

@@ -313,12 +313,12 @@ impl PodHistory {
                     if earliest.is_none_or(|e| usage.timestamp_ns < e.timestamp_ns) {
                         earliest = Some(usage);
                     }
-                    Some(ContainerUsage {
-                        name: c.name.clone(),
-                        cpu_nanocores: usage.cpu_nanocores,
-                        memory_bytes: usage.memory_bytes,
-                        swap_bytes: usage.swap_bytes,
-                    })
+                    Some(ContainerUsage::new(
+                        c.name.clone(),
+                        usage.cpu_nanocores,
+                        usage.memory_bytes,
+                        usage.swap_bytes,
+                    ))
                 }
                 Rate::Pending | Rate::Failed => None,
             })

@@ -101,7 +101,7 @@ proptest! {
                     window_ns: p.window_ns,
                     cpu_nanocores: p.containers[0].cpu_nanocores,
                     memory_bytes: p.containers[0].memory_bytes,
-                    swap_bytes: p.containers[0].swap_bytes,
+                    swap_bytes: p.containers[0].swap_bytes(),
                 }),
             ];
             for usage in served.into_iter().flatten() {

@@ -19,7 +19,7 @@ pub(super) const FRESH_CONTAINER_MIN_AGE_NS: i64 = 10 * NS_PER_SECOND;
 pub(super) const SUMMARY_DEFAULT_WINDOW_NS: i64 = 10 * NS_PER_SECOND;
 
 /// `Point::swap_bytes` when the kubelet reported no swap (keeps a point at 48 bytes).
-const NO_SWAP: u64 = u64::MAX;
+use crate::point::NO_SWAP;
 
 /// A valid raw sample as stored: 48 bytes, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

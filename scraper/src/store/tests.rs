@@ -86,12 +86,7 @@ fn usage(ts: i64, window_ns: i64, cpu_nanocores: u64, memory_bytes: u64) -> Usag
 }
 
 fn container_usage(name: &str, cpu_nanocores: u64, memory_bytes: u64) -> ContainerUsage {
-    ContainerUsage {
-        name: Arc::from(name),
-        cpu_nanocores,
-        memory_bytes,
-        swap_bytes: None,
-    }
+    ContainerUsage::new(Arc::from(name), cpu_nanocores, memory_bytes, None)
 }
 
 fn names(pod: &PodUsage) -> Vec<&str> {
@@ -650,7 +645,7 @@ fn swap_is_a_gauge_of_the_newest_sample_and_absent_stays_absent() {
     let now = T0 + 10 * SECOND;
     assert_eq!(store.node("node1", now).unwrap().swap_bytes, Some(8192));
     let pod = store.pod("ns", "pod1", now).unwrap();
-    let swap: Vec<_> = pod.containers.iter().map(|c| c.swap_bytes).collect();
+    let swap: Vec<_> = pod.containers.iter().map(|c| c.swap_bytes()).collect();
     assert_eq!(swap, [Some(8192), None]);
     // A kubelet that stops reporting swap: none is served, not the old value.
     store.ingest(&n, &at(T0 + 20 * SECOND, None), T0 + 20 * SECOND);
