@@ -39,6 +39,9 @@ pub struct ListBody<T> {
     items: std::vec::IntoIter<T>,
     /// Items written so far.
     next: usize,
+    /// The current frame's written items, dropped together at its end (kept for its
+    /// capacity between frames).
+    written: Vec<T>,
     tail: &'static [u8],
     separator: &'static [u8],
     ctx: Ctx,
@@ -70,6 +73,7 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
             head,
             items: items.into_iter(),
             next: 0,
+            written: Vec::new(),
             tail,
             separator: b",",
             ctx,
@@ -112,6 +116,10 @@ impl<T: Send + Sync + Unpin + 'static> Frames for ListBody<T> {
         if self.next == 0 && !self.head.is_empty() {
             out.append(&mut self.head);
         }
+        // The frame's items are dropped together once it is written, not one by one: a
+        // drop's reference-count update is a locked instruction, which waits for every load
+        // in flight, the warm-up's included.
+        let mut written = std::mem::take(&mut self.written);
         while out.len() < target {
             let Some(item) = self.items.next() else {
                 break;
@@ -127,13 +135,17 @@ impl<T: Send + Sync + Unpin + 'static> Frames for ListBody<T> {
                 out.extend_from_slice(self.separator);
             }
             (self.write)(out, &self.ctx, &item);
+            written.push(item);
             self.next += 1;
         }
+        written.clear();
+        self.written = written;
         if self.items.as_slice().is_empty() {
             out.extend_from_slice(self.tail);
             self.done = true;
-            // Release the item buffer as soon as everything is written.
+            // Release the item buffers as soon as everything is written.
             self.items = Vec::new().into_iter();
+            self.written = Vec::new();
         }
     }
 
@@ -208,6 +220,7 @@ impl<F: Frames> HttpBody for Streamed<F> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
@@ -222,6 +235,36 @@ mod tests {
             out.extend_from_slice(&frame.into_data().unwrap());
         }
         out
+    }
+
+    /// An item is released by the end of the frame that wrote it (they are dropped together,
+    /// not one by one), and the items not yet written are still held.
+    #[test]
+    fn items_are_released_with_the_frame_that_wrote_them() {
+        let items: Vec<Arc<u32>> = (0..100_000).map(Arc::new).collect();
+        let body = ListBody::new(
+            b"[".to_vec(),
+            items.clone(),
+            b"]",
+            Ctx::new("v", 0),
+            |out, _, i: &Arc<u32>| out.extend_from_slice(i.to_string().as_bytes()),
+        );
+        let mut body = Box::pin(Streamed::new(body, None));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut written, mut frames) = (0, 0);
+        while let Poll::Ready(Some(Ok(frame))) = body.as_mut().poll_frame(&mut cx) {
+            let frame = frame.into_data().unwrap();
+            written += frame.iter().filter(|&&b| b == b',').count();
+            frames += 1;
+            let held = items.iter().filter(|i| Arc::strong_count(i) > 1).count();
+            if body.is_end_stream() {
+                assert_eq!(held, 0, "every item released at the end");
+            } else {
+                // Items 0..=written are written (the last one's comma is in the next frame).
+                assert_eq!(held, items.len() - written - 1, "frame {frames}");
+            }
+        }
+        assert!(frames > 2, "several frames: {frames}");
     }
 
     /// Warming reads items ahead of the writer, each once, and changes no byte.
