@@ -82,7 +82,8 @@ pub struct Config {
 }
 
 /// What [`Config::measure`] computes: the length of a pod's containers in the reader's
-/// encoding (it must not be 0 for a non-empty list, and must fit a `u32`).
+/// encoding. 0 reads as "not measured" (the reader computes the length itself), so a
+/// measure gives 0 for a length it cannot give exactly, never a wrong one.
 pub type Measure = fn(&[ContainerUsage]) -> u32;
 
 impl Config {
