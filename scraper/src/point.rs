@@ -131,7 +131,7 @@ pub struct Usage {
 }
 
 /// One container's usage within a pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ContainerUsage {
     /// Container name as the kubelet reported it.
     pub name: Arc<str>,
@@ -172,6 +172,18 @@ impl ContainerUsage {
     }
 }
 
+/// Shows swap as reported (`None`), not as the stored mark.
+impl std::fmt::Debug for ContainerUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContainerUsage")
+            .field("name", &self.name)
+            .field("cpu_nanocores", &self.cpu_nanocores)
+            .field("memory_bytes", &self.memory_bytes)
+            .field("swap_bytes", &self.swap_bytes())
+            .finish()
+    }
+}
+
 /// A pod's usage: every container with data, and the time info of its earliest container.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodUsage {
@@ -199,3 +211,19 @@ const _: () = assert!(std::mem::size_of::<PodUsage>() <= 120);
 /// A pod's containers' usage: up to two inline in the [`PodUsage`] itself (one allocation per
 /// pod for the common shapes, and a read touches one block), more on the heap.
 pub type Containers = smallvec::SmallVec<[ContainerUsage; 2]>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Swap reads back as it was given: none stays none, zero stays a reported zero (kubectl
+    /// shows `0Mi` for it), and the debug form shows what was reported, not the mark.
+    #[test]
+    fn container_swap_reads_back_as_reported() {
+        for swap in [None, Some(0), Some(1), Some(NO_SWAP - 1)] {
+            let c = ContainerUsage::new(Arc::from("app"), 5, 7, swap);
+            assert_eq!(c.swap_bytes(), swap);
+            assert!(format!("{c:?}").contains(&format!("swap_bytes: {swap:?}")), "{c:?}");
+        }
+    }
+}

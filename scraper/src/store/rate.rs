@@ -4,7 +4,8 @@
 //! (the `last`/`prev` rules), with the validity rules of DESIGN.md "Where we are deliberately
 //! better".
 
-use crate::point::{Sample, Usage};
+// `Point::swap_bytes` when the kubelet reported no swap (keeps a point at 48 bytes).
+use crate::point::{NO_SWAP, Sample, Usage};
 
 const NS_PER_SECOND: i64 = 1_000_000_000;
 
@@ -17,9 +18,6 @@ pub(super) const FRESH_CONTAINER_MIN_AGE_NS: i64 = 10 * NS_PER_SECOND;
 /// stats, which cAdvisor refreshes every `--housekeeping_interval` (10 s by default), so 10 s
 /// is the interval the value most likely covers.
 pub(super) const SUMMARY_DEFAULT_WINDOW_NS: i64 = 10 * NS_PER_SECOND;
-
-/// `Point::swap_bytes` when the kubelet reported no swap (keeps a point at 48 bytes).
-use crate::point::NO_SWAP;
 
 /// A valid raw sample as stored: 48 bytes, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
