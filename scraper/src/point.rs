@@ -223,7 +223,10 @@ mod tests {
         for swap in [None, Some(0), Some(1), Some(NO_SWAP - 1)] {
             let c = ContainerUsage::new(Arc::from("app"), 5, 7, swap);
             assert_eq!(c.swap_bytes(), swap);
-            assert!(format!("{c:?}").contains(&format!("swap_bytes: {swap:?}")), "{c:?}");
+            assert!(
+                format!("{c:?}").contains(&format!("swap_bytes: {swap:?}")),
+                "{c:?}"
+            );
         }
     }
 }
