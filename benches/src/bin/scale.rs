@@ -12,7 +12,9 @@
 //! report and a `RESULT {json}` line. `--kubelet-processes 3` runs the simulated kubelets in
 //! three child processes (`scale kubelets ...`), which 15,000 nodes need: each node holds two
 //! descriptors (its listener and the server's kept-alive connection) against a limit of
-//! 20,000 per process.
+//! 20,000 per process. `--kubelet-sched idle` runs those processes under `SCHED_IDLE`, so
+//! their bursts do not take the cores from the server and the load client, as kubelets on
+//! other machines take none.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,7 +27,7 @@ use benches::scale::{Options, parse_duration as duration, parse_flags, run, run_
 
 const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
-[--setup-timeout 900s] [--kubelet-processes K] [--server-bin PATH] [--server-arg FLAG]... \
+[--setup-timeout 900s] [--kubelet-processes K] [--kubelet-sched normal|idle] [--server-bin PATH] [--server-arg FLAG]... \
 [--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s]";
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
@@ -41,6 +43,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             containers: 2,
             housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
             kubelet_processes: 0,
+            kubelet_idle: false,
         },
         resolution: Duration::from_secs(15),
         duration: Duration::from_secs(120),
@@ -64,6 +67,13 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--pods-per-node" => o.shape.pods_per_node = value()?.parse()?,
             "--containers" => o.shape.containers = value()?.parse()?,
             "--kubelet-processes" => o.shape.kubelet_processes = value()?.parse()?,
+            "--kubelet-sched" => {
+                o.shape.kubelet_idle = match value()?.as_str() {
+                    "idle" => true,
+                    "normal" => false,
+                    other => bail!("--kubelet-sched is idle or normal, not {other:?}"),
+                }
+            }
             "--resolution" => o.resolution = duration(&value()?)?,
             "--duration" => o.duration = duration(&value()?)?,
             "--warmup-periods" => o.warmup_periods = value()?.parse()?,
@@ -85,6 +95,11 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     })?;
     if nodes.iter().any(|&n| n == 0 || n > 20_000) {
         bail!("--nodes must be within 1..=20000");
+    }
+    if o.shape.kubelet_idle && o.shape.kubelet_processes == 0 {
+        bail!(
+            "--kubelet-sched idle needs --kubelet-processes (in-process kubelets share the harness's threads)"
+        );
     }
     if o.duration > Duration::from_secs(3600) || o.resolution < Duration::from_secs(1) {
         bail!("--duration must be at most 1h and --resolution at least 1s");

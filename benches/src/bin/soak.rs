@@ -38,6 +38,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             containers: 2,
             housekeeping: Duration::ZERO,
             kubelet_processes: 0,
+            kubelet_idle: false,
         },
         resolution: Duration::from_secs(1),
         periods: 1000,

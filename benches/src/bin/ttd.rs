@@ -42,6 +42,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             containers: 2,
             housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
             kubelet_processes: 0,
+            kubelet_idle: false,
         },
         cases: Vec::new(),
         repeat: 1,

@@ -47,6 +47,12 @@ pub struct Shape {
     pub housekeeping: std::time::Duration,
     /// Child processes the kubelets run in; 0: in this process (see [`Kubelets`]).
     pub kubelet_processes: usize,
+    /// Run those child processes under `SCHED_IDLE` (`chrt --idle 0`): they get a core only
+    /// when the server and the load client leave one free, as kubelets on other machines
+    /// take none of the server's. Without it the simulated kubelets' bursts (every answer
+    /// of a 100 ms scrape slice encrypted at once) compete with the server for the two
+    /// cores, which no real kubelet does.
+    pub kubelet_idle: bool,
 }
 
 /// About how many pods one HPA target selects: pod 0 of every node (namespace `ns-0`) carries

@@ -88,7 +88,14 @@ impl KubeletProcess {
         boot_ms: i64,
         identity: (&Path, &Path),
     ) -> anyhow::Result<KubeletProcess> {
-        let mut child = Command::new(self_bin)
+        let mut command = if shape.kubelet_idle {
+            let mut chrt = Command::new("chrt");
+            chrt.args(["--idle", "0"]).arg(self_bin);
+            chrt
+        } else {
+            Command::new(self_bin)
+        };
+        let mut child = command
             .arg(SUBCOMMAND)
             .args([
                 format!("--first={first}"),
@@ -104,7 +111,14 @@ impl KubeletProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .with_context(|| format!("starting {} {SUBCOMMAND}", self_bin.display()))?;
+            .with_context(|| {
+                let how = if shape.kubelet_idle {
+                    "chrt --idle 0 "
+                } else {
+                    ""
+                };
+                format!("starting {how}{} {SUBCOMMAND}", self_bin.display())
+            })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             bail!("the kubelet process has no pipes");
         };
@@ -272,6 +286,7 @@ fn child(args: Vec<String>) -> anyhow::Result<()> {
         containers: 2,
         housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
         kubelet_processes: 0,
+        kubelet_idle: false,
     };
     let (mut first, mut count, mut boot_ms) = (0usize, 0usize, 0i64);
     let (mut cert, mut key) = (PathBuf::new(), PathBuf::new());

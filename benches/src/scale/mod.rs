@@ -248,8 +248,15 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let deadline = Instant::now() + options.setup_timeout;
 
     println!(
-        "scale: {n} nodes x {} pods x {} containers ({pods_total} pods), resolution {resolution_arg}, window {:?}",
-        shape.pods_per_node, shape.containers, options.duration
+        "scale: {n} nodes x {} pods x {} containers ({pods_total} pods), resolution {resolution_arg}, window {:?}{}",
+        shape.pods_per_node,
+        shape.containers,
+        options.duration,
+        if shape.kubelet_idle {
+            ", kubelets under SCHED_IDLE"
+        } else {
+            ""
+        }
     );
     let t = Instant::now();
     let clock: conformance::kubelet::Clock = Arc::new(unix_ms);
@@ -523,6 +530,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
 
     Ok(json!({
         "nodes": n, "pods_per_node": shape.pods_per_node, "containers": shape.containers,
+        "kubelet_processes": shape.kubelet_processes,
+        "kubelet_sched": if shape.kubelet_idle { "idle" } else { "normal" },
         "resolution_s": options.resolution.as_secs_f64(), "window_s": secs,
         "setup_cluster_s": setup_cluster.as_secs_f64(), "setup_server_s": setup_server.as_secs_f64(),
         "server_rss_bytes": {"start": rss_start, "end": rss_end, "mean": rss_mean, "max": rss_max,
