@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use benches::idle::{Options, run};
-use benches::scale::cluster::Shape;
+use benches::scale::cluster::{KubeletSched, Shape};
 use benches::scale::{parse_duration, parse_flags, run_sizes};
 
 const USAGE: &str = "usage: idle [--nodes N] [--idle CONNECTIONS] [--window 20s] \
@@ -31,7 +31,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             containers: 2,
             housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
             kubelet_processes: 0,
-            kubelet_idle: false,
+            kubelet_sched: KubeletSched::Normal,
         },
         idle: 5000,
         window: Duration::from_secs(20),

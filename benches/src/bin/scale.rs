@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use benches::scale::cluster::Shape;
+use benches::scale::cluster::{KubeletSched, Shape};
 use benches::scale::kubelets;
 use benches::scale::{Options, parse_duration as duration, parse_flags, run, run_sizes};
 
@@ -43,7 +43,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             containers: 2,
             housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
             kubelet_processes: 0,
-            kubelet_idle: false,
+            kubelet_sched: KubeletSched::Normal,
         },
         resolution: Duration::from_secs(15),
         duration: Duration::from_secs(120),
@@ -67,13 +67,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--pods-per-node" => o.shape.pods_per_node = value()?.parse()?,
             "--containers" => o.shape.containers = value()?.parse()?,
             "--kubelet-processes" => o.shape.kubelet_processes = value()?.parse()?,
-            "--kubelet-sched" => {
-                o.shape.kubelet_idle = match value()?.as_str() {
-                    "idle" => true,
-                    "normal" => false,
-                    other => bail!("--kubelet-sched is idle or normal, not {other:?}"),
-                }
-            }
+            "--kubelet-sched" => o.shape.kubelet_sched = value()?.parse()?,
             "--resolution" => o.resolution = duration(&value()?)?,
             "--duration" => o.duration = duration(&value()?)?,
             "--warmup-periods" => o.warmup_periods = value()?.parse()?,
@@ -96,7 +90,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     if nodes.iter().any(|&n| n == 0 || n > 20_000) {
         bail!("--nodes must be within 1..=20000");
     }
-    if o.shape.kubelet_idle && o.shape.kubelet_processes == 0 {
+    if o.shape.kubelet_sched != KubeletSched::Normal && o.shape.kubelet_processes == 0 {
         bail!(
             "--kubelet-sched idle needs --kubelet-processes (in-process kubelets share the harness's threads)"
         );

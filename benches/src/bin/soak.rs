@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use apiserver::cli::Flags;
-use benches::scale::cluster::Shape;
+use benches::scale::cluster::{KubeletSched, Shape};
 use benches::scale::{parse_duration, parse_flags, run_sizes};
 use benches::soak::{Options, run};
 use clap::Parser as _;
@@ -38,7 +38,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             containers: 2,
             housekeeping: Duration::ZERO,
             kubelet_processes: 0,
-            kubelet_idle: false,
+            kubelet_sched: KubeletSched::Normal,
         },
         resolution: Duration::from_secs(1),
         periods: 1000,

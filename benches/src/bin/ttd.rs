@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use benches::scale::cluster::Shape;
+use benches::scale::cluster::{KubeletSched, Shape};
 use benches::scale::{parse_duration, parse_flags, run_sizes};
 use benches::ttd::{Case, Options, run};
 
@@ -42,7 +42,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             containers: 2,
             housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
             kubelet_processes: 0,
-            kubelet_idle: false,
+            kubelet_sched: KubeletSched::Normal,
         },
         cases: Vec::new(),
         repeat: 1,

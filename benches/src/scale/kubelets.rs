@@ -19,7 +19,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use conformance::kubelet::{Clock, FleetCounts, SimFleet, SimNode};
 
-use super::cluster::{Shape, model};
+use super::cluster::{KubeletSched, Shape, model};
 use super::{parse_flags, unix_ms};
 
 /// The subcommand a harness binary dispatches to [`child_main`].
@@ -79,6 +79,18 @@ fn parse_counts(line: &str) -> anyhow::Result<FleetCounts> {
     })
 }
 
+/// A command that runs `program` scheduled as `sched` says (arguments go after it).
+fn scheduled(program: &Path, sched: KubeletSched) -> Command {
+    match sched {
+        KubeletSched::Normal => Command::new(program),
+        KubeletSched::Idle => {
+            let mut chrt = Command::new("chrt");
+            chrt.args(["--idle", "0"]).arg(program);
+            chrt
+        }
+    }
+}
+
 impl KubeletProcess {
     fn spawn(
         self_bin: &Path,
@@ -88,13 +100,7 @@ impl KubeletProcess {
         boot_ms: i64,
         identity: (&Path, &Path),
     ) -> anyhow::Result<KubeletProcess> {
-        let mut command = if shape.kubelet_idle {
-            let mut chrt = Command::new("chrt");
-            chrt.args(["--idle", "0"]).arg(self_bin);
-            chrt
-        } else {
-            Command::new(self_bin)
-        };
+        let mut command = scheduled(self_bin, shape.kubelet_sched);
         let mut child = command
             .arg(SUBCOMMAND)
             .args([
@@ -111,14 +117,7 @@ impl KubeletProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .with_context(|| {
-                let how = if shape.kubelet_idle {
-                    "chrt --idle 0 "
-                } else {
-                    ""
-                };
-                format!("starting {how}{} {SUBCOMMAND}", self_bin.display())
-            })?;
+            .with_context(|| format!("starting {command:?}"))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             bail!("the kubelet process has no pipes");
         };
@@ -286,7 +285,7 @@ fn child(args: Vec<String>) -> anyhow::Result<()> {
         containers: 2,
         housekeeping: conformance::kubelet::DEFAULT_HOUSEKEEPING,
         kubelet_processes: 0,
-        kubelet_idle: false,
+        kubelet_sched: KubeletSched::Normal,
     };
     let (mut first, mut count, mut boot_ms) = (0usize, 0usize, 0i64);
     let (mut cert, mut key) = (PathBuf::new(), PathBuf::new());
@@ -366,5 +365,40 @@ mod tests {
         assert_eq!((c.requests, c.served, c.connections), (3, 2, 1));
         assert!(parse_counts("COUNTS 3 2\n").is_err());
         assert!(parse_counts("").is_err());
+    }
+
+    /// The scheduling policy (`/proc/<pid>/stat` field 41) `program` reports of itself when
+    /// started as `sched` says.
+    fn policy_of_child(sched: KubeletSched) -> u32 {
+        let out = scheduled(Path::new("cat"), sched)
+            .arg("/proc/self/stat")
+            .output()
+            .expect("cat runs");
+        assert!(out.status.success(), "{out:?}");
+        let stat = String::from_utf8(out.stdout).expect("utf-8");
+        // Fields after the command name (which may hold spaces) start with field 3.
+        let (_, after_comm) = stat.rsplit_once(')').expect("comm");
+        let policy = after_comm.split_whitespace().nth(41 - 3).expect("field 41");
+        policy.parse().expect("a number")
+    }
+
+    #[test]
+    fn idle_kubelets_run_under_sched_idle_and_normal_ones_do_not() {
+        const SCHED_OTHER: u32 = 0;
+        const SCHED_IDLE: u32 = 5;
+        assert_eq!(policy_of_child(KubeletSched::Idle), SCHED_IDLE);
+        assert_eq!(policy_of_child(KubeletSched::Normal), SCHED_OTHER);
+    }
+
+    #[test]
+    fn the_sched_flag_names_round_trip_and_others_are_refused() {
+        for sched in [KubeletSched::Normal, KubeletSched::Idle] {
+            assert_eq!(
+                sched.as_str().parse::<KubeletSched>().expect("known"),
+                sched
+            );
+        }
+        let err = "batch".parse::<KubeletSched>().expect_err("unknown");
+        assert!(err.to_string().contains("\"batch\""), "{err}");
     }
 }

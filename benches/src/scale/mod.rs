@@ -27,7 +27,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::client::{Client, Fetched};
-use self::cluster::{Cluster, Shape};
+use self::cluster::{Cluster, KubeletSched, Shape};
 use self::procfs::Proc;
 use self::server::Server;
 
@@ -252,10 +252,9 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         shape.pods_per_node,
         shape.containers,
         options.duration,
-        if shape.kubelet_idle {
-            ", kubelets under SCHED_IDLE"
-        } else {
-            ""
+        match shape.kubelet_sched {
+            KubeletSched::Normal => "",
+            KubeletSched::Idle => ", kubelets under SCHED_IDLE",
         }
     );
     let t = Instant::now();
@@ -531,7 +530,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     Ok(json!({
         "nodes": n, "pods_per_node": shape.pods_per_node, "containers": shape.containers,
         "kubelet_processes": shape.kubelet_processes,
-        "kubelet_sched": if shape.kubelet_idle { "idle" } else { "normal" },
+        "kubelet_sched": shape.kubelet_sched.as_str(),
         "resolution_s": options.resolution.as_secs_f64(), "window_s": secs,
         "setup_cluster_s": setup_cluster.as_secs_f64(), "setup_server_s": setup_server.as_secs_f64(),
         "server_rss_bytes": {"start": rss_start, "end": rss_end, "mean": rss_mean, "max": rss_max,
