@@ -85,19 +85,61 @@ impl Error {
     }
 }
 
-/// What the binary's `main` does once its flags are settings: [`run()`] on a new
-/// multi-threaded Tokio runtime until SIGTERM or SIGINT begins a graceful shutdown (a second
-/// signal exits at once).
+/// How far below serving's the kernel ranks the scrape threads: nice +10 (up to 19), a
+/// weight of 110 against serving's 1024. Under contention scraping still gets about a tenth
+/// of each core, several times what 15,000 nodes need (BENCHMARKS.md); when serving is idle
+/// it gets all of it.
+pub const SCRAPE_NICE: i32 = 10;
+
+/// What the binary's `main` does once its flags are settings: [`run()`] until SIGTERM or
+/// SIGINT begins a graceful shutdown (a second signal exits at once), on two multi-threaded
+/// Tokio runtimes. Serving (the API, authentication, the watches) has one, on threads named
+/// `serve`; the scrape loop and its kubelet connections have the other, on threads named
+/// `scrape`, [`SCRAPE_NICE`] steps below serving. One runtime would queue a request behind a
+/// scrape slice's burst (tens of kubelet bodies decrypted, parsed and stored at once, a few
+/// ms of CPU); with two, the kernel runs the request first. BENCHMARKS.md has what it bought.
 pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let scraping = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_name("scrape")
+        .on_thread_start(|| lower_priority(SCRAPE_NICE))
         .build()
         .map_err(Error::Runtime)?;
-    runtime.block_on(async {
+    let serving = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("serve")
+        .build()
+        .map_err(Error::Runtime)?;
+    let setup = Setup {
+        scrape_runtime: Some(scraping.handle().clone()),
+        ..Setup::default()
+    };
+    let result = serving.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(signals(shutdown.clone()));
-        run(settings, shutdown).await
-    })
+        run_with(settings, setup, shutdown).await
+    });
+    // The scrape loop has ended; what is left (idle kubelet connections) goes with it.
+    scraping.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// Raises the calling thread's nice value by `steps`, to at most 19 (Linux ranks threads, not
+/// processes). That needs no privilege; where it fails anyway (a seccomp profile), the
+/// thread runs at serving's priority and says so.
+fn lower_priority(steps: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{getpriority_process, setpriority_process};
+        let thread = Some(rustix::thread::gettid());
+        let lowered = getpriority_process(thread)
+            .and_then(|nice| setpriority_process(thread, nice.saturating_add(steps).min(19)));
+        if let Err(error) = lowered {
+            tracing::warn!(%error, "cannot lower the scrape thread's priority");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = steps;
 }
 
 /// SIGINT or SIGTERM begins a graceful shutdown; a second one exits at once.
@@ -187,6 +229,9 @@ pub struct Setup {
     /// Filters every request passes, in order, after authentication (the user is in the
     /// extensions) and before authorization: where k8s.io/apiserver sheds load.
     pub filters: Vec<Arc<dyn Filter>>,
+    /// Where the scrape loop runs (and with it the kubelet connections and the store's
+    /// ingest); `None`: the runtime that runs [`run_with`]. See [`run_until_signalled`].
+    pub scrape_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Setup {
@@ -198,6 +243,7 @@ impl std::fmt::Debug for Setup {
             .field("reloads", &self.reloads.counts())
             .field("auth", &self.auth)
             .field("filters", &self.filters.len())
+            .field("scrape_runtime", &self.scrape_runtime.is_some())
             .finish()
     }
 }
@@ -211,6 +257,7 @@ impl Default for Setup {
             reloads: Reloads::default(),
             auth: Auth::FromSettings,
             filters: Vec::new(),
+            scrape_runtime: None,
         }
     }
 }
@@ -374,7 +421,7 @@ pub async fn run_with(
     {
         let scrape = settings.scrape.clone();
         let stop = stop.clone();
-        tasks.spawn(async move {
+        let scrape_loop = async move {
             scraper::scrape::run(
                 scrape,
                 inventory,
@@ -386,7 +433,11 @@ pub async fn run_with(
             )
             .await;
             "the scrape loop"
-        });
+        };
+        match &setup.scrape_runtime {
+            Some(runtime) => tasks.spawn_on(scrape_loop, runtime),
+            None => tasks.spawn(scrape_loop),
+        };
     }
 
     let early = tokio::select! {

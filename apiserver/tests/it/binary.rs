@@ -101,3 +101,88 @@ fn a_missing_kubeconfig_is_a_configuration_error() {
         "{stderr}"
     );
 }
+
+/// The name and nice value of each thread of process `pid`.
+#[cfg(target_os = "linux")]
+fn threads(pid: u32) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.map_while(Result::ok) {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ...`: the name may hold spaces; field 19 is the nice value.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let nice = stat[close + 1..]
+            .split_whitespace()
+            .nth(19 - 3)
+            .and_then(|n| n.parse().ok());
+        if let Some(nice) = nice {
+            out.push((stat[open + 1..close].to_owned(), nice));
+        }
+    }
+    out
+}
+
+/// Scraping runs on threads of its own that the kernel ranks below the serving threads, so a
+/// scrape slice's burst of kubelet bodies does not queue API requests behind it.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_scrape_threads_run_below_the_serving_threads() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    use apiserver::run::SCRAPE_NICE;
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    crate::support::write_unreachable_kubeconfig(&kubeconfig);
+    let mut child = binary()
+        .env_remove("RUST_LOG")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cert-dir={}", dir.path().join("certs").display()))
+        .args([
+            "--secure-port=0",
+            "--bind-address=127.0.0.1",
+            "--authentication-tolerate-lookup-failure",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = crate::support::serving(&mut child);
+    // Each worker lowers its own priority as it starts: wait until every scrape thread has.
+    let pid = child.id();
+    let mut seen = threads(pid);
+    let base = seen
+        .iter()
+        .find(|(name, _)| name == "metrics-server")
+        .map_or(0, |(_, nice)| *nice);
+    let lowered = (base + SCRAPE_NICE).min(19);
+    let settled = |seen: &[(String, i32)]| {
+        let mut scrape = seen.iter().filter(|(name, _)| name == "scrape").peekable();
+        scrape.peek().is_some() && scrape.all(|(_, nice)| *nice == lowered)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while started && !settled(&seen) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        seen = threads(pid);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(started, "the server did not start");
+    let nice_of = |prefix: &str| -> Vec<i32> {
+        seen.iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, nice)| *nice)
+            .collect()
+    };
+    let (scrape, serve) = (nice_of("scrape"), nice_of("serve"));
+    assert!(!scrape.is_empty(), "no scrape threads in {seen:?}");
+    assert!(!serve.is_empty(), "no serving threads in {seen:?}");
+    assert!(scrape.iter().all(|&n| n == lowered), "{seen:?}");
+    assert!(serve.iter().all(|&n| n == base), "{seen:?}");
+}

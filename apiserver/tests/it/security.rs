@@ -3,7 +3,6 @@
 //! certificates, `system:masters`, the always-allowed paths) and what happens when a review is
 //! needed but fails. The reviews themselves are in `tests/conformance/tests/it/security.rs`.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -21,7 +20,7 @@ use serde_json::Value;
 use tls::issue::{Ca, LeafSpec};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{Client, Reply, Running, launch};
+use crate::support::{Client, Reply, Running, launch, serving, write_unreachable_kubeconfig};
 
 /// The exact 401 body of k8s.io/apiserver.
 const UNAUTHORIZED: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
@@ -66,16 +65,6 @@ impl Pki {
 }
 
 /// A kubeconfig for an API server on 127.0.0.1:1, where nothing listens.
-fn write_unreachable_kubeconfig(path: &Path) {
-    std::fs::write(
-        path,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n\
-         users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
-         current-context: c\n",
-    )
-    .unwrap();
-}
-
 fn with_cert(ca: &Ca, cn: &str, orgs: &[&str]) -> Client {
     let issued = ca
         .issue(&LeafSpec {
@@ -498,16 +487,7 @@ fn the_binary_writes_nothing_but_the_cert_dir() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("serving securely") {
-                let _ = seen_tx.send(());
-            }
-        }
-    });
-    let started = seen_rx.recv_timeout(Duration::from_secs(20)).is_ok();
+    let started = serving(&mut child);
     // Let it run a little: the scrape loop, the watches and their retries.
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {

@@ -95,6 +95,7 @@ pub(crate) async fn launch(
         reloads: reloads.clone(),
         auth,
         filters,
+        ..Setup::default()
     };
     let task = tokio::spawn(apiserver::run::run_with(config, setup, shutdown.clone()));
     let running = Running {
@@ -316,4 +317,30 @@ pub(crate) fn ingest_two_scrapes(store: &scraper::store::Store, node: &NodeName,
         };
         store.ingest(node, &scrape, ts);
     }
+}
+
+/// A kubeconfig whose API server is nowhere: the watches retry, serving starts regardless.
+pub(crate) fn write_unreachable_kubeconfig(path: &Path) {
+    std::fs::write(
+        path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n\
+         users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+         current-context: c\n",
+    )
+    .unwrap();
+}
+
+/// Whether the binary `child` (its stderr piped) logs "serving securely" within 20 s.
+pub(crate) fn serving(child: &mut std::process::Child) -> bool {
+    use std::io::{BufRead, BufReader};
+    let stderr = child.stderr.take().unwrap();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("serving securely") {
+                let _ = seen_tx.send(());
+            }
+        }
+    });
+    seen_rx.recv_timeout(Duration::from_secs(20)).is_ok()
 }

@@ -282,6 +282,7 @@ async fn start_server(
         reloads: reloads.clone(),
         auth: Auth::Kube(Box::new(kube)),
         filters,
+        ..Setup::default()
     };
     let task = tokio::spawn(apiserver::run::run_with(config, setup, shutdown.clone()));
     let deadline = Instant::now() + Duration::from_secs(20);
