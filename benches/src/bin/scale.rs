@@ -14,7 +14,9 @@
 //! descriptors (its listener and the server's kept-alive connection) against a limit of
 //! 20,000 per process. `--kubelet-sched idle` runs those processes under `SCHED_IDLE`, so
 //! their bursts do not take the cores from the server and the load client, as kubelets on
-//! other machines take none.
+//! other machines take none. `--hpa-arrivals even` sends the HPA-shaped requests as spread
+//! as their schedule (one every 100 us at 10,000/s) instead of on Tokio's millisecond ticks
+//! (see `benches::scale::hpa::Arrivals`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,13 +24,14 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use benches::scale::cluster::{KubeletSched, Shape};
+use benches::scale::hpa::Arrivals;
 use benches::scale::kubelets;
 use benches::scale::{Options, parse_duration as duration, parse_flags, run, run_sizes};
 
 const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
 [--setup-timeout 900s] [--kubelet-processes K] [--kubelet-sched normal|idle] [--server-bin PATH] [--server-arg FLAG]... \
-[--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s]";
+[--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s] [--hpa-arrivals ticks|even]";
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     let server_bin = std::env::current_exe()
@@ -55,6 +58,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         hpa_rates: Vec::new(),
         hpa_connections: 64,
         hpa_duration: Duration::from_secs(10),
+        hpa_arrivals: Arrivals::Ticks,
     };
     parse_flags(args, USAGE, |flag, value| {
         match flag {
@@ -83,6 +87,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             }
             "--hpa-connections" => o.hpa_connections = value()?.parse()?,
             "--hpa-duration" => o.hpa_duration = duration(&value()?)?,
+            "--hpa-arrivals" => o.hpa_arrivals = value()?.parse()?,
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
         Ok(())

@@ -6,17 +6,20 @@
 //! requests queued behind it too (no coordinated omission). The phase ends on time: what was
 //! due but not yet sent by then is counted as unsent, not sent late.
 //!
-//! Tokio's timer wakes a sleeper on the next millisecond tick after its deadline, so "from
-//! due" also holds up to ~1 ms of the client's own timer. The run therefore also reports each
-//! latency from when the request was sent, except where the connection was still waiting for
-//! its previous answer when the request fell due (then the server made it late, and it counts
-//! from due as before): the server's share without the timer's, still without coordinated
+//! How the schedule is kept is [`Arrivals`]: by each connection's task on Tokio's timer
+//! (`ticks`), or by a thread of its own (`even`).
+//!
+//! "From due" includes the client's own delays. The run therefore also reports each latency
+//! from when the request was sent, except where the connection was still waiting for its
+//! previous answer when the request fell due (then the server made it late, and it counts
+//! from due as before): the server's share without the client's, still without coordinated
 //! omission.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -83,7 +86,124 @@ pub async fn check_targets(client: &mut Client, nodes: usize) -> anyhow::Result<
     Ok(per_target)
 }
 
-/// Drives `rate` requests per second over `connections` connections for `duration`.
+/// How the requests' due times are kept (`--hpa-arrivals`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Arrivals {
+    /// Each connection's task sleeps to its requests' due times on Tokio's timer, which wakes
+    /// a sleeper on the next millisecond tick after its deadline: at 10,000/s the requests of
+    /// a millisecond go out together, ten at once, and the server takes them in one wake-up.
+    #[default]
+    Ticks,
+    /// A thread of its own, the pacer, sleeps to each due time (with a timer slack of 1 ns,
+    /// not the kernel's default 50 us) and hands the request to its connection's task: the
+    /// requests arrive as spread as the schedule says (one every 100 us at 10,000/s), as from
+    /// a crowd of independent clients, each on a wake-up of its own (the pacer's wake-ups are
+    /// the load client's cost, on the same cores).
+    Even,
+}
+
+impl Arrivals {
+    /// The flag's value, as the report names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arrivals::Ticks => "ticks",
+            Arrivals::Even => "even",
+        }
+    }
+}
+
+impl std::str::FromStr for Arrivals {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "ticks" => Ok(Arrivals::Ticks),
+            "even" => Ok(Arrivals::Even),
+            other => anyhow::bail!("--hpa-arrivals is ticks or even, not {other:?}"),
+        }
+    }
+}
+
+/// The schedule: request `seq` is due at `start + seq / rate` until `end`.
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    start: Instant,
+    end: Instant,
+    rate: u32,
+}
+
+impl Schedule {
+    /// When request `seq` is due; `None` past the end.
+    fn due(&self, seq: u64) -> Option<Instant> {
+        let due = self.start + Duration::from_secs_f64(seq as f64 / f64::from(self.rate));
+        (due < self.end).then_some(due)
+    }
+}
+
+/// Where one connection's requests come from.
+enum Due {
+    /// Its own: request `k` of connection `c` of `connections`, on Tokio's timer.
+    Ticks {
+        schedule: Schedule,
+        c: u64,
+        connections: u64,
+        k: u64,
+    },
+    /// The pacer's queue.
+    Even(mpsc::UnboundedReceiver<(u64, Instant)>),
+}
+
+impl Due {
+    /// The next request: its sequence number and due time, once it is due.
+    async fn next(&mut self) -> Option<(u64, Instant)> {
+        match self {
+            Due::Ticks {
+                schedule,
+                c,
+                connections,
+                k,
+            } => {
+                let seq = *k * *connections + *c;
+                let due = schedule.due(seq)?;
+                *k += 1;
+                tokio::time::sleep_until(due).await;
+                Some((seq, due))
+            }
+            Due::Even(queue) => queue.recv().await,
+        }
+    }
+}
+
+/// Hands request `seq` to connection `seq % connections` when it is due, until the schedule
+/// ends; then closes the queues, which ends the connections' tasks once they have drained them.
+fn pace(schedule: Schedule, queues: &[mpsc::UnboundedSender<(u64, Instant)>]) {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+    let connections = queues.len() as u64;
+    if connections == 0 {
+        return;
+    }
+    for seq in 0u64.. {
+        let Some(due) = schedule.due(seq) else {
+            break;
+        };
+        let wait = due
+            .into_std()
+            .saturating_duration_since(std::time::Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        if queues[(seq % connections) as usize]
+            .send((seq, due))
+            .is_err()
+        {
+            break;
+        }
+    }
+}
+
+/// Drives `rate` requests per second over `connections` connections for `duration`, the
+/// arrivals kept as `arrivals` says.
 pub async fn run_rate(
     addr: SocketAddr,
     front_proxy: &tls::Identity,
@@ -91,30 +211,40 @@ pub async fn run_rate(
     rate: u32,
     connections: usize,
     duration: Duration,
+    arrivals: Arrivals,
 ) -> anyhow::Result<RateRun> {
     let targets = hpa_targets(nodes);
     let start = Instant::now() + Duration::from_millis(200);
     let end = start + duration;
+    let schedule = Schedule { start, end, rate };
     let mut tasks = JoinSet::new();
+    let mut queues = Vec::new();
     for c in 0..connections {
         let mut client = Client::new(addr, front_proxy)?;
+        let mut due = match arrivals {
+            Arrivals::Ticks => Due::Ticks {
+                schedule,
+                c: c as u64,
+                connections: connections as u64,
+                k: 0,
+            },
+            Arrivals::Even => {
+                let (queue, due) = mpsc::unbounded_channel();
+                queues.push(queue);
+                Due::Even(due)
+            }
+        };
         tasks.spawn(async move {
             // Connect (and warm the review cache) before the clock starts.
             let _ = client.get("/apis/metrics.k8s.io/v1beta1", b"").await;
             let (mut latencies, mut from_sent) = (Vec::new(), Vec::new());
             let (mut failed, mut unsent, mut bytes) = (0u64, 0u64, 0usize);
             let mut previous_answered = start;
-            for k in 0u64.. {
-                let seq = k * connections as u64 + c as u64;
-                let due = start + Duration::from_secs_f64(seq as f64 / f64::from(rate));
-                if due >= end {
-                    break;
-                }
+            while let Some((seq, due)) = due.next().await {
                 if Instant::now() >= end {
                     unsent += 1;
                     continue;
                 }
-                tokio::time::sleep_until(due).await;
                 let sent = if previous_answered > due {
                     due
                 } else {
@@ -134,6 +264,15 @@ pub async fn run_rate(
             (latencies, from_sent, failed, unsent, bytes)
         });
     }
+    let pacer = match arrivals {
+        Arrivals::Ticks => None,
+        Arrivals::Even => Some(
+            std::thread::Builder::new()
+                .name("hpa-pacer".into())
+                .spawn(move || pace(schedule, &queues))
+                .context("starting the pacer thread")?,
+        ),
+    };
     let (mut all, mut all_sent, mut failed, mut unsent, mut bytes) =
         (Vec::new(), Vec::new(), 0, 0, 0);
     while let Some(joined) = tasks.join_next().await {
@@ -143,6 +282,9 @@ pub async fn run_rate(
         failed += f;
         unsent += u;
         bytes = bytes.max(b);
+    }
+    if pacer.is_some_and(|pacer| pacer.join().is_err()) {
+        bail!("the pacer thread panicked");
     }
     let took = start.elapsed().max(duration);
     all.sort();
@@ -161,4 +303,70 @@ pub async fn run_rate(
         from_send_ms: [0.50, 0.99, 0.999].map(|q| percentile(&all_sent, q)),
         bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arrivals_flag_names_round_trip_and_others_are_refused() {
+        for arrivals in [Arrivals::Ticks, Arrivals::Even] {
+            assert_eq!(
+                arrivals.as_str().parse::<Arrivals>().expect("known"),
+                arrivals
+            );
+        }
+        let err = "poisson".parse::<Arrivals>().expect_err("unknown");
+        assert!(err.to_string().contains("\"poisson\""), "{err}");
+    }
+
+    #[test]
+    fn the_pacer_hands_each_request_once_to_its_connection_in_order_and_never_early() {
+        let start = Instant::now() + Duration::from_millis(20);
+        let schedule = Schedule {
+            start,
+            end: start + Duration::from_millis(50),
+            rate: 10_000,
+        };
+        let connections = 4u64;
+        let (queues, receivers): (Vec<_>, Vec<_>) = (0..connections)
+            .map(|_| mpsc::unbounded_channel::<(u64, Instant)>())
+            .unzip();
+        let readers: Vec<_> = receivers
+            .into_iter()
+            .map(|mut queue| {
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    while let Some((seq, due)) = queue.blocking_recv() {
+                        got.push((seq, due, Instant::now()));
+                    }
+                    got
+                })
+            })
+            .collect();
+        pace(schedule, &queues);
+        drop(queues);
+        let mut seqs = Vec::new();
+        for (c, reader) in readers.into_iter().enumerate() {
+            let got = reader.join().expect("reader");
+            assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "out of order");
+            for (seq, due, received) in got {
+                assert_eq!(
+                    seq % connections,
+                    c as u64,
+                    "request {seq} on connection {c}"
+                );
+                assert_eq!(Some(due), schedule.due(seq));
+                assert!(
+                    received >= due,
+                    "request {seq} handed over before it was due"
+                );
+                seqs.push(seq);
+            }
+        }
+        seqs.sort_unstable();
+        // 50 ms at 10,000/s: requests 0 to 499, each once.
+        assert_eq!(seqs, (0..500).collect::<Vec<_>>());
+    }
 }

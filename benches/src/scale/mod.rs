@@ -56,6 +56,8 @@ pub struct Options {
     pub hpa_connections: usize,
     /// How long each HPA-shaped phase runs.
     pub hpa_duration: Duration,
+    /// How the HPA-shaped requests' due times are kept.
+    pub hpa_arrivals: hpa::Arrivals,
 }
 
 /// The `main` of a harness binary: exits 64 when the flags did not parse, else runs
@@ -479,15 +481,17 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 rate,
                 options.hpa_connections,
                 options.hpa_duration,
+                options.hpa_arrivals,
             )
             .await?;
             let cpu = server_proc.cpu_seconds()? - cpu_before;
             let busy = procfs::busy_share(machine_before, procfs::machine_ticks()?);
             let cpu_us = cpu * 1e6 / r.ok.max(1) as f64;
             println!(
-                "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s over {} connections: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms (from the send: p50 {:.2}, p99 {:.2}, p99.9 {:.2} ms); server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
+                "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s over {} connections, {} arrivals: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms (from the send: p50 {:.2}, p99 {:.2}, p99.9 {:.2} ms); server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
                 r.bytes,
                 r.connections,
+                options.hpa_arrivals.as_str(),
                 r.ok,
                 r.achieved_per_s,
                 r.failed,
@@ -505,7 +509,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 bail!("{} HPA-shaped requests failed at {rate}/s", r.failed);
             }
             hpa_runs.push(json!({
-                "rate": rate, "connections": r.connections, "pods": per_target, "bytes": r.bytes,
+                "rate": rate, "connections": r.connections, "arrivals": options.hpa_arrivals.as_str(), "pods": per_target, "bytes": r.bytes,
                 "ok": r.ok, "unsent": r.unsent, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
                 "from_send_ms": {"p50": r.from_send_ms[0], "p99": r.from_send_ms[1], "p999": r.from_send_ms[2]},
