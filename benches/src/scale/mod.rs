@@ -394,6 +394,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     }
 
     // Cluster-wide lists.
+    let load_start = Instant::now();
     let mut lists = serde_json::Map::new();
     // `pods_gzip`: the pod list as kubectl and client-go ask for it (`Accept-Encoding: gzip`);
     // `pods_protobuf`: as client-go's protobuf clients (the HPA's `Accept`), identity.
@@ -517,6 +518,20 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             }));
         }
     }
+    // Scraping while the server answered the lists and the HPA-shaped phases: the scrape
+    // threads run below the serving threads' priority, and must still keep up.
+    let load_secs = load_start.elapsed().as_secs_f64();
+    let metrics_load = client.text("/metrics").await?;
+    let (ok_load, failed_load) = scrape_counters(&metrics_load.1);
+    let periods_load = periods_completed(&metrics_load.1, options.resolution);
+    let load_ok = ok_load.saturating_sub(ok_after);
+    let load_failed = failed_load.saturating_sub(failed_after);
+    let load_expected = n as f64 * load_secs / options.resolution.as_secs_f64();
+    let load_periods = periods_load.0.saturating_sub(periods_after.0);
+    let load_in_time = periods_load.1.saturating_sub(periods_after.1);
+    println!(
+        "    scraping meanwhile ({load_secs:.0} s of lists and HPA-shaped requests): {load_ok} ok, {load_failed} failed (~{load_expected:.0} expected); periods: {load_periods} completed, {load_in_time} within the resolution"
+    );
     let rss_after_lists = server_proc.rss_bytes()?;
     let peak = server_proc.peak_rss_bytes()?;
     println!(
@@ -547,6 +562,9 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         "periods": {"completed": periods, "within_resolution": periods_in_time, "due": periods_expected},
         "lists": lists,
         "hpa": hpa_runs,
+        "under_load": {"seconds": load_secs, "scrapes_ok": load_ok, "scrapes_failed": load_failed,
+                       "scrapes_expected": load_expected, "periods": load_periods,
+                       "periods_within_resolution": load_in_time},
     }))
 }
 
