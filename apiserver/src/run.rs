@@ -454,7 +454,9 @@ pub async fn run_with(
     }
     tracing::info!("stopping");
     stop.cancel();
-    while tasks.join_next().await.is_some() {}
+    while let Some(ended) = tasks.join_next().await {
+        tracing::debug!(task = ended.unwrap_or("a task (panicked)"), "stopped");
+    }
     match early {
         Some(name) => Err(Error::TaskEnded(name)),
         None => Ok(()),
