@@ -19,10 +19,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::conn::TIMEOUT_ANSWER_GRACE;
 use crate::body::Body;
 
 /// One request's time limit (`--request-timeout` from when hyper handed it over), and when
@@ -33,7 +33,6 @@ pub(super) struct Deadline {
     /// Set when the response exists: the answer's own deadline, or a short grace for the 504
     /// that answers a request which had none in time.
     cut: Mutex<Option<Instant>>,
-    armed: Notify,
 }
 
 impl Deadline {
@@ -41,7 +40,6 @@ impl Deadline {
         Deadline {
             at,
             cut: Mutex::new(None),
-            armed: Notify::new(),
         }
     }
 
@@ -50,55 +48,83 @@ impl Deadline {
         self.at
     }
 
-    /// The response exists; it is cut if it is still being written at `cut`.
+    /// The response exists; it is cut if it is still being written at `cut`. Wakes nobody:
+    /// the watchers look at the deadline when their timers fire (see [`Activity`]).
     pub(super) fn arm(&self, cut: Instant) {
         *self.cut.lock() = Some(cut);
-        self.armed.notify_one();
+    }
+
+    /// When to look at this deadline next, looking at `now`: `None` if its response is past
+    /// its cut. An answer is armed by the request's deadline (for a cut at the deadline) or,
+    /// when late, after it (for a cut [`TIMEOUT_ANSWER_GRACE`] after it was armed): so the
+    /// first look is at the deadline, and one that finds no answer yet looks again a grace
+    /// later, which is no later than the cut.
+    fn next_look(&self, now: Instant) -> Option<Instant> {
+        match *self.cut.lock() {
+            Some(cut) if cut <= now => None,
+            Some(cut) => Some(cut),
+            None if self.at > now => Some(self.at),
+            None => Some(now + TIMEOUT_ANSWER_GRACE),
+        }
     }
 
     /// Resolves once the response exists and its cut has come.
     pub(super) async fn cut(&self) {
+        let mut next = self.at;
         loop {
-            let armed = *self.cut.lock();
-            match armed {
-                Some(cut) => return tokio::time::sleep_until(cut).await,
-                // `notify_one` keeps a permit when nobody waits yet: no arming is missed.
-                None => self.armed.notified().await,
+            tokio::time::sleep_until(next).await;
+            match self.next_look(Instant::now()) {
+                Some(at) => next = at,
+                None => return,
             }
         }
     }
 }
 
 /// Requests in flight on one connection.
-#[derive(Debug, Default)]
+///
+/// Its watchers ([`idle_for`](Self::idle_for), [`http1_cut`](Self::http1_cut)) look at it
+/// when a timer of theirs fires, never because a request came or went: the requests are
+/// served inside the connection's own task, and a notification from there would wake that
+/// running task once more per request, which Tokio answers by requeueing it and waking an
+/// idle worker to steal it (two futex calls and a thread switch per request, ~15 % of an
+/// HPA-shaped request's CPU; BENCHMARKS.md).
+#[derive(Debug)]
 pub(super) struct Activity {
     state: Mutex<State>,
-    changed: Notify,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     in_flight: usize,
-    /// Bumped when a request begins, so an idle period that saw one is not taken as idle.
-    begun: u64,
+    /// Since when no request has been in flight: the connection's start, or the end of the
+    /// last request.
+    idle_since: Instant,
     /// The HTTP/1.1 request being answered (one at a time on a connection).
     http1: Option<Arc<Deadline>>,
 }
 
 impl Activity {
+    /// A connection that starts, idle, at `now`.
+    pub(super) fn new(now: Instant) -> Self {
+        Activity {
+            state: Mutex::new(State {
+                in_flight: 0,
+                idle_since: now,
+                http1: None,
+            }),
+        }
+    }
+
     /// A request begins; it is in flight until the returned guard is dropped (with the
     /// response body that holds it). An HTTP/1.1 request's deadline is watched by
     /// [`http1_cut`](Self::http1_cut).
     pub(super) fn begin(self: &Arc<Self>, http1: Option<Arc<Deadline>>) -> InFlight {
-        {
-            let mut state = self.state.lock();
-            state.in_flight += 1;
-            state.begun += 1;
-            if http1.is_some() {
-                state.http1 = http1;
-            }
+        let mut state = self.state.lock();
+        state.in_flight += 1;
+        if http1.is_some() {
+            state.http1 = http1;
         }
-        self.changed.notify_waiters();
         InFlight {
             activity: self.clone(),
         }
@@ -109,46 +135,45 @@ impl Activity {
         self.state.lock().in_flight
     }
 
-    /// Resolves once the connection has had no request in flight for `idle`.
+    /// Resolves once the connection has had no request in flight for `idle`: exactly `idle`
+    /// after the last request ended (or after the start). A look that finds a request in
+    /// flight looks again `idle` later, which is no later than the end of that request plus
+    /// `idle`.
     pub(super) async fn idle_for(&self, idle: Duration) {
+        let mut next = self.state.lock().idle_since + idle;
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let (in_flight, begun) = {
-                let state = self.state.lock();
-                (state.in_flight, state.begun)
-            };
-            if in_flight > 0 {
-                changed.await;
+            tokio::time::sleep_until(next).await;
+            let now = Instant::now();
+            let state = self.state.lock();
+            if state.in_flight > 0 {
+                next = now + idle;
                 continue;
             }
-            tokio::select! {
-                () = tokio::time::sleep(idle) => {
-                    let state = self.state.lock();
-                    if state.in_flight == 0 && state.begun == begun {
-                        return;
-                    }
-                }
-                () = changed => {}
+            next = state.idle_since + idle;
+            if next <= now {
+                return;
             }
         }
     }
 
-    /// Resolves when the HTTP/1.1 response being written passes its cut.
-    pub(super) async fn http1_cut(&self) {
+    /// Resolves when the HTTP/1.1 response being written passes its cut, exactly then. With
+    /// nothing to watch it looks every `every`, which must not exceed the request timeout:
+    /// a request that begins after one look has its deadline, and so its cut, no earlier than
+    /// the next look. With a request (also one already in flight when this is called), it
+    /// looks when [`Deadline`] says.
+    pub(super) async fn http1_cut(&self, every: Duration) {
+        let every = every.max(Duration::from_millis(1));
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
+            let now = Instant::now();
             let current = self.state.lock().http1.clone();
-            match current {
-                Some(deadline) => tokio::select! {
-                    () = deadline.cut() => return,
-                    () = changed => {}
+            let next = match current {
+                None => now + every,
+                Some(deadline) => match deadline.next_look(now) {
+                    Some(at) => at,
+                    None => return,
                 },
-                None => changed.await,
-            }
+            };
+            tokio::time::sleep_until(next).await;
         }
     }
 }
@@ -161,13 +186,13 @@ pub(super) struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        {
-            let mut state = self.activity.state.lock();
-            state.in_flight = state.in_flight.saturating_sub(1);
-            // HTTP/1.1 answers one request at a time: the one that ends is the current one.
-            state.http1 = None;
+        let mut state = self.activity.state.lock();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        if state.in_flight == 0 {
+            state.idle_since = Instant::now();
         }
-        self.activity.changed.notify_waiters();
+        // HTTP/1.1 answers one request at a time: the one that ends is the current one.
+        state.http1 = None;
     }
 }
 
@@ -266,7 +291,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_counts_from_the_last_request_that_ended() {
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(Activity::new(Instant::now()));
         let started = Instant::now();
         let request = activity.begin(None);
         let idle = {
@@ -286,7 +311,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_that_comes_and_goes_restarts_the_idle_period() {
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(Activity::new(Instant::now()));
         let started = Instant::now();
         let idle = {
             let activity = activity.clone();
@@ -302,14 +327,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_http1_response_is_cut_at_its_deadline_and_not_after_it_ended() {
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(Activity::new(Instant::now()));
         let started = Instant::now();
         let deadline = Arc::new(Deadline::new(started + Duration::from_secs(60)));
         let request = activity.begin(Some(deadline.clone()));
         let cut = {
             let activity = activity.clone();
             tokio::spawn(async move {
-                activity.http1_cut().await;
+                activity.http1_cut(Duration::from_secs(60)).await;
                 Instant::now()
             })
         };
@@ -326,13 +351,73 @@ mod tests {
         deadline.arm(deadline.at());
         let cut = {
             let activity = activity.clone();
-            tokio::spawn(async move { activity.http1_cut().await })
+            tokio::spawn(async move { activity.http1_cut(Duration::from_secs(60)).await })
         };
         tokio::time::sleep(Duration::from_secs(30)).await;
         drop(request);
         tokio::time::sleep(Duration::from_secs(600)).await;
         assert!(!cut.is_finished());
         cut.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_watcher_started_mid_request_still_cuts_at_the_deadline() {
+        // The connection's loop makes its watchers anew when it starts closing, which can be
+        // in the middle of a request: the cut still comes at that request's deadline, not a
+        // look interval after the watcher started.
+        let activity = Arc::new(Activity::new(Instant::now()));
+        let started = Instant::now();
+        let deadline = Arc::new(Deadline::new(started + Duration::from_secs(60)));
+        let _request = activity.begin(Some(deadline.clone()));
+        deadline.arm(deadline.at());
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        let cut_at = {
+            let activity = activity.clone();
+            tokio::spawn(async move {
+                activity.http1_cut(Duration::from_secs(60)).await;
+                Instant::now()
+            })
+        };
+        assert_eq!(cut_at.await.unwrap() - started, Duration::from_secs(60));
+    }
+
+    /// Counts wake-ups.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl futures::task::ArcWake for Wakes {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn serving_a_request_wakes_neither_watcher() {
+        // The watchers run in the connection's own task; a wake-up from a request's begin,
+        // answer or end would make that task run again for nothing (and Tokio wake a second
+        // worker to steal it), once per request.
+        let activity = Arc::new(Activity::new(Instant::now()));
+        let wakes = Arc::new(Wakes::default());
+        let waker = futures::task::waker(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut idle = std::pin::pin!(activity.idle_for(Duration::from_secs(90)));
+        let mut cut = std::pin::pin!(activity.http1_cut(Duration::from_secs(60)));
+        assert!(idle.as_mut().poll(&mut cx).is_pending());
+        assert!(cut.as_mut().poll(&mut cx).is_pending());
+        for _ in 0..3 {
+            let deadline = Arc::new(Deadline::new(Instant::now() + Duration::from_secs(60)));
+            let request = activity.begin(Some(deadline.clone()));
+            deadline.arm(deadline.at());
+            drop(request);
+        }
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // Each still fires when its time comes.
+        let started = Instant::now();
+        let idle_at = async {
+            idle.await;
+            Instant::now()
+        };
+        assert_eq!(idle_at.await - started, Duration::from_secs(90));
     }
 
     #[tokio::test(start_paused = true)]

@@ -131,7 +131,7 @@ pub(super) async fn serve(
     // Cancelled when this function returns: the connection's h2 stream tasks end with it.
     let closed = CancellationToken::new();
     let _closed = closed.clone().drop_guard();
-    let activity = Arc::new(Activity::default());
+    let activity = Arc::new(Activity::new(Instant::now()));
     let streams = Streams::new(closed);
     let service = {
         let activity = activity.clone();
@@ -238,7 +238,7 @@ pub(super) async fn serve(
                 closing = true;
                 close_by = Some(Instant::now() + CLOSE_GRACE);
             }
-            () = activity.http1_cut() => {
+            () = activity.http1_cut(config.request_timeout) => {
                 tracing::debug!(%remote, "HTTP/1.1 response past the request timeout; resetting the connection");
                 abort.store(true, Ordering::SeqCst);
                 return;
