@@ -87,8 +87,8 @@ impl Deadline {
 /// when a timer of theirs fires, never because a request came or went: the requests are
 /// served inside the connection's own task, and a notification from there would wake that
 /// running task once more per request, which Tokio answers by requeueing it and waking an
-/// idle worker to steal it (two futex calls and a thread switch per request, ~15 % of an
-/// HPA-shaped request's CPU; BENCHMARKS.md).
+/// idle worker to steal it (two futex calls and a thread switch per request; ~8 % of the CPU
+/// of an HPA-shaped request when requests arrive one at a time, BENCHMARKS.md).
 #[derive(Debug)]
 pub(super) struct Activity {
     state: Mutex<State>,

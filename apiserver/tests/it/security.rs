@@ -64,7 +64,6 @@ impl Pki {
     }
 }
 
-/// A kubeconfig for an API server on 127.0.0.1:1, where nothing listens.
 fn with_cert(ca: &Ca, cn: &str, orgs: &[&str]) -> Client {
     let issued = ca
         .issue(&LeafSpec {

@@ -26,7 +26,9 @@ use anyhow::{Context as _, bail};
 use benches::scale::cluster::{KubeletSched, Shape};
 use benches::scale::hpa::Arrivals;
 use benches::scale::kubelets;
-use benches::scale::{Options, parse_duration as duration, parse_flags, run, run_sizes};
+use benches::scale::{
+    Options, parse_choice, parse_duration as duration, parse_flags, run, run_sizes,
+};
 
 const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
@@ -71,7 +73,9 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--pods-per-node" => o.shape.pods_per_node = value()?.parse()?,
             "--containers" => o.shape.containers = value()?.parse()?,
             "--kubelet-processes" => o.shape.kubelet_processes = value()?.parse()?,
-            "--kubelet-sched" => o.shape.kubelet_sched = value()?.parse()?,
+            "--kubelet-sched" => {
+                o.shape.kubelet_sched = parse_choice("--kubelet-sched", &value()?)?
+            }
             "--resolution" => o.resolution = duration(&value()?)?,
             "--duration" => o.duration = duration(&value()?)?,
             "--warmup-periods" => o.warmup_periods = value()?.parse()?,
@@ -87,7 +91,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             }
             "--hpa-connections" => o.hpa_connections = value()?.parse()?,
             "--hpa-duration" => o.hpa_duration = duration(&value()?)?,
-            "--hpa-arrivals" => o.hpa_arrivals = value()?.parse()?,
+            "--hpa-arrivals" => o.hpa_arrivals = parse_choice("--hpa-arrivals", &value()?)?,
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
         Ok(())

@@ -51,8 +51,9 @@ pub struct Shape {
     pub kubelet_sched: KubeletSched,
 }
 
-/// How the kubelets' child processes are scheduled (`--kubelet-sched`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the kubelets' child processes are scheduled (`--kubelet-sched`, named as
+/// [`super::parse_choice`] reads it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum KubeletSched {
     /// As any process: the simulated kubelets' bursts (every answer of a 100 ms scrape slice
     /// encrypted at once) compete with the server for the machine's cores, which no real
@@ -62,28 +63,6 @@ pub enum KubeletSched {
     /// Under `SCHED_IDLE` (`chrt --idle 0`): they get a core only when the server and the
     /// load client leave one free, as kubelets on other machines take none of the server's.
     Idle,
-}
-
-impl KubeletSched {
-    /// The flag's value, as the report names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KubeletSched::Normal => "normal",
-            KubeletSched::Idle => "idle",
-        }
-    }
-}
-
-impl std::str::FromStr for KubeletSched {
-    type Err = anyhow::Error;
-
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        match s {
-            "normal" => Ok(KubeletSched::Normal),
-            "idle" => Ok(KubeletSched::Idle),
-            other => anyhow::bail!("--kubelet-sched is normal or idle, not {other:?}"),
-        }
-    }
 }
 
 /// About how many pods one HPA target selects: pod 0 of every node (namespace `ns-0`) carries

@@ -86,8 +86,9 @@ pub async fn check_targets(client: &mut Client, nodes: usize) -> anyhow::Result<
     Ok(per_target)
 }
 
-/// How the requests' due times are kept (`--hpa-arrivals`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the requests' due times are kept (`--hpa-arrivals`, named as
+/// [`super::parse_choice`] reads it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Arrivals {
     /// Each connection's task sleeps to its requests' due times on Tokio's timer, which wakes
     /// a sleeper on the next millisecond tick after its deadline: at 10,000/s the requests of
@@ -100,28 +101,6 @@ pub enum Arrivals {
     /// a crowd of independent clients, each on a wake-up of its own (the pacer's wake-ups are
     /// the load client's cost, on the same cores).
     Even,
-}
-
-impl Arrivals {
-    /// The flag's value, as the report names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Arrivals::Ticks => "ticks",
-            Arrivals::Even => "even",
-        }
-    }
-}
-
-impl std::str::FromStr for Arrivals {
-    type Err = anyhow::Error;
-
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        match s {
-            "ticks" => Ok(Arrivals::Ticks),
-            "even" => Ok(Arrivals::Even),
-            other => anyhow::bail!("--hpa-arrivals is ticks or even, not {other:?}"),
-        }
-    }
 }
 
 /// The schedule: request `seq` is due at `start + seq / rate` until `end`.
@@ -308,18 +287,6 @@ pub async fn run_rate(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_arrivals_flag_names_round_trip_and_others_are_refused() {
-        for arrivals in [Arrivals::Ticks, Arrivals::Even] {
-            assert_eq!(
-                arrivals.as_str().parse::<Arrivals>().expect("known"),
-                arrivals
-            );
-        }
-        let err = "poisson".parse::<Arrivals>().expect_err("unknown");
-        assert!(err.to_string().contains("\"poisson\""), "{err}");
-    }
 
     #[test]
     fn the_pacer_hands_each_request_once_to_its_connection_in_order_and_never_early() {

@@ -135,6 +135,24 @@ pub fn parse_flags(
     Ok(())
 }
 
+/// A harness flag that names one of a few choices (`--kubelet-sched`, `--hpa-arrivals`): the
+/// choice's `clap::ValueEnum` names are what the flag takes and what the report says
+/// ([`choice_name`]); anything else is refused with the names.
+pub fn parse_choice<T: clap::ValueEnum>(flag: &str, value: &str) -> anyhow::Result<T> {
+    T::from_str(value, false).map_err(|_| {
+        let names: Vec<String> = T::value_variants().iter().map(choice_name).collect();
+        anyhow::anyhow!("{flag} is {}, not {value:?}", names.join(" or "))
+    })
+}
+
+/// The name of a [`parse_choice`] value, as the flag and the report spell it.
+pub fn choice_name<T: clap::ValueEnum>(value: &T) -> String {
+    value
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
+}
+
 /// A harness flag's duration: `15s`, `500ms`, `2m`, or plain seconds.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let (num, unit) = text
@@ -492,7 +510,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s over {} connections, {} arrivals: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms (from the send: p50 {:.2}, p99 {:.2}, p99.9 {:.2} ms); server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
                 r.bytes,
                 r.connections,
-                options.hpa_arrivals.as_str(),
+                choice_name(&options.hpa_arrivals),
                 r.ok,
                 r.achieved_per_s,
                 r.failed,
@@ -510,7 +528,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 bail!("{} HPA-shaped requests failed at {rate}/s", r.failed);
             }
             hpa_runs.push(json!({
-                "rate": rate, "connections": r.connections, "arrivals": options.hpa_arrivals.as_str(), "pods": per_target, "bytes": r.bytes,
+                "rate": rate, "connections": r.connections, "arrivals": choice_name(&options.hpa_arrivals), "pods": per_target, "bytes": r.bytes,
                 "ok": r.ok, "unsent": r.unsent, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
                 "from_send_ms": {"p50": r.from_send_ms[0], "p99": r.from_send_ms[1], "p999": r.from_send_ms[2]},
@@ -549,7 +567,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     Ok(json!({
         "nodes": n, "pods_per_node": shape.pods_per_node, "containers": shape.containers,
         "kubelet_processes": shape.kubelet_processes,
-        "kubelet_sched": shape.kubelet_sched.as_str(),
+        "kubelet_sched": choice_name(&shape.kubelet_sched),
         "resolution_s": options.resolution.as_secs_f64(), "window_s": secs,
         "setup_cluster_s": setup_cluster.as_secs_f64(), "setup_server_s": setup_server.as_secs_f64(),
         "server_rss_bytes": {"start": rss_start, "end": rss_end, "mean": rss_mean, "max": rss_max,
@@ -571,6 +589,36 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn choice_flags_take_and_report_their_names_and_refuse_others() {
+        for sched in [KubeletSched::Normal, KubeletSched::Idle] {
+            let name = choice_name(&sched);
+            assert_eq!(
+                parse_choice::<KubeletSched>("--kubelet-sched", &name).unwrap(),
+                sched
+            );
+        }
+        assert_eq!(choice_name(&KubeletSched::Idle), "idle");
+        for arrivals in [hpa::Arrivals::Ticks, hpa::Arrivals::Even] {
+            let name = choice_name(&arrivals);
+            assert_eq!(
+                parse_choice::<hpa::Arrivals>("--hpa-arrivals", &name).unwrap(),
+                arrivals
+            );
+        }
+        assert_eq!(choice_name(&hpa::Arrivals::Even), "even");
+        let err = parse_choice::<KubeletSched>("--kubelet-sched", "batch").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--kubelet-sched is normal or idle, not \"batch\""
+        );
+        let err = parse_choice::<hpa::Arrivals>("--hpa-arrivals", "Even").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--hpa-arrivals is ticks or even, not \"Even\""
+        );
+    }
 
     #[test]
     fn periods_are_read_from_the_tick_histogram_at_the_resolution_bucket() {
