@@ -62,11 +62,18 @@ impl Entry {
 /// filters (the user and the authorization attributes are in its extensions when they got
 /// that far); `started` is when it arrived.
 pub fn logged(parts: &Parts, started: Instant, response: Response<Body>) -> Response<Body> {
-    let verb = match parts.extensions.get::<Attributes>() {
-        Some(Attributes::Resource(r)) => r.verb.to_ascii_uppercase(),
-        Some(Attributes::NonResource { verb, .. }) => verb.to_ascii_uppercase(),
-        None => parts.method.as_str().to_owned(),
+    // Authorization leaves the attributes where it needed them; otherwise (a user allowed
+    // everything, a request refused before authorization) they are derived here, as
+    // k8s.io/apiserver resolves every request's RequestInfo before authenticating it.
+    let derived;
+    let attributes = match parts.extensions.get::<Attributes>() {
+        Some(attributes) => attributes,
+        None => {
+            derived = crate::auth::attributes(&parts.method, parts.uri.path(), parts.uri.query());
+            &derived
+        }
     };
+    let verb = attributes.verb().to_ascii_uppercase();
     let entry = Entry {
         verb,
         uri: parts
@@ -235,6 +242,21 @@ mod tests {
         let text = String::from_utf8(captured.0.lock().clone()).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(text.contains("resp=403"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn the_verb_is_the_kubernetes_one_when_authorization_left_no_attributes() {
+        // A user allowed everything, or a request refused by authentication: no attributes.
+        let captured = Captured::default();
+        let _default = tracing::subscriber::set_default(subscriber(&captured, "httplog=info"));
+        let mut parts = request();
+        parts.extensions.remove::<Attributes>();
+        let mut response = Response::new(crate::body::full("{}"));
+        *response.status_mut() = StatusCode::UNAUTHORIZED;
+        drop(logged(&parts, Instant::now(), response));
+        let text = String::from_utf8(captured.0.lock().clone()).unwrap();
+        assert!(text.contains("verb=LIST"), "{text}");
+        assert!(text.contains("resp=401"), "{text}");
     }
 
     #[tokio::test]
