@@ -16,7 +16,9 @@
 //! their bursts do not take the cores from the server and the load client, as kubelets on
 //! other machines take none. `--hpa-arrivals even` sends the HPA-shaped requests as spread
 //! as their schedule (one every 100 us at 10,000/s) instead of on Tokio's millisecond ticks
-//! (see `benches::scale::hpa::Arrivals`).
+//! (see `benches::scale::hpa::Arrivals`). `--hpa-server-share` also times each of those
+//! exchanges from the kernel's view, from the request in to the answer out, without the load
+//! client's own delays (`perf record -e tcp:tcp_probe`; root; see `benches::scale::tcpprobe`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,7 +35,8 @@ use benches::scale::{
 const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
 [--setup-timeout 900s] [--kubelet-processes K] [--kubelet-sched normal|idle] [--server-bin PATH] [--server-arg FLAG]... \
-[--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s] [--hpa-arrivals ticks|even]";
+[--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s] [--hpa-arrivals ticks|even] \
+[--hpa-server-share]";
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     let server_bin = std::env::current_exe()
@@ -61,6 +64,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         hpa_connections: 64,
         hpa_duration: Duration::from_secs(10),
         hpa_arrivals: Arrivals::Ticks,
+        hpa_server_share: false,
     };
     parse_flags(args, USAGE, |flag, value| {
         match flag {
@@ -92,6 +96,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--hpa-connections" => o.hpa_connections = value()?.parse()?,
             "--hpa-duration" => o.hpa_duration = duration(&value()?)?,
             "--hpa-arrivals" => o.hpa_arrivals = parse_choice("--hpa-arrivals", &value()?)?,
+            "--hpa-server-share" => o.hpa_server_share = true,
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
         Ok(())

@@ -60,7 +60,8 @@ pub struct RateRun {
     pub bytes: usize,
 }
 
-fn percentile(sorted: &[Duration], q: f64) -> f64 {
+/// The `q` quantile of `sorted`, in ms.
+pub fn percentile(sorted: &[Duration], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

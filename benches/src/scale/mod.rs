@@ -10,6 +10,7 @@
 //! - [`server`]: the child process.
 //! - [`client`]: HTTPS requests with front-proxy authentication.
 //! - [`procfs`]: resident set and CPU time of a process, busy time of the machine.
+//! - [`tcpprobe`]: the server's share of each HPA-shaped exchange, from the kernel's view.
 
 pub mod client;
 pub mod cluster;
@@ -17,6 +18,7 @@ pub mod hpa;
 pub mod kubelets;
 pub mod procfs;
 pub mod server;
+pub mod tcpprobe;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -58,6 +60,8 @@ pub struct Options {
     pub hpa_duration: Duration,
     /// How the HPA-shaped requests' due times are kept.
     pub hpa_arrivals: hpa::Arrivals,
+    /// Also time each HPA-shaped exchange from the kernel's view ([`tcpprobe`]).
+    pub hpa_server_share: bool,
 }
 
 /// The `main` of a harness binary: exits 64 when the flags did not parse, else runs
@@ -493,6 +497,10 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         for &rate in &options.hpa_rates {
             let cpu_before = server_proc.cpu_seconds()?;
             let machine_before = procfs::machine_ticks()?;
+            let recording = options
+                .hpa_server_share
+                .then(|| tcpprobe::record(dir, options.hpa_duration))
+                .transpose()?;
             let r = hpa::run_rate(
                 server.addr,
                 &front_proxy.identity,
@@ -524,6 +532,17 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 r.from_send_ms[2],
                 busy * 100.0
             );
+            let mut server_share = serde_json::Value::Null;
+            if let Some(recording) = recording {
+                let exchanges = recording.finish(server.addr.port())?;
+                let [p50, p99, p999] = [0.50, 0.99, 0.999].map(|q| hpa::percentile(&exchanges, q));
+                println!(
+                    "      the server's share as the kernel saw it (request in to answer out, tcp_probe): p50 {p50:.2} ms, p99 {p99:.2} ms, p99.9 {p999:.2} ms over {} exchanges",
+                    exchanges.len()
+                );
+                server_share =
+                    json!({"p50": p50, "p99": p99, "p999": p999, "exchanges": exchanges.len()});
+            }
             if r.failed > 0 {
                 bail!("{} HPA-shaped requests failed at {rate}/s", r.failed);
             }
@@ -533,6 +552,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
                 "from_send_ms": {"p50": r.from_send_ms[0], "p99": r.from_send_ms[1], "p999": r.from_send_ms[2]},
                 "server_cpu_us_per_request": cpu_us, "machine_busy_share": busy,
+                "server_share_ms": server_share,
             }));
         }
     }
