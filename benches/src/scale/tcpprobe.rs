@@ -14,10 +14,21 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-/// A `perf record` of `tcp:tcp_probe` under way.
+/// A `perf record` of `tcp:tcp_probe` under way; dropped unfinished (the phase failed), the
+/// recording is stopped. Its file is removed either way.
 pub struct Recording {
-    child: Child,
+    child: Option<Child>,
     file: PathBuf,
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.file);
+    }
 }
 
 /// Starts recording for `duration` into a file in `dir`.
@@ -32,15 +43,21 @@ pub fn record(dir: &Path, duration: Duration) -> anyhow::Result<Recording> {
         .stderr(Stdio::piped())
         .spawn()
         .context("starting `perf record -e tcp:tcp_probe` (--hpa-server-share needs perf)")?;
-    Ok(Recording { child, file })
+    Ok(Recording {
+        child: Some(child),
+        file,
+    })
 }
 
 impl Recording {
     /// Waits for the recording to end and returns the latencies of the exchanges it saw
     /// with the server on `server_port`, sorted.
-    pub fn finish(self, server_port: u16) -> anyhow::Result<Vec<Duration>> {
-        let out = self
+    pub fn finish(mut self, server_port: u16) -> anyhow::Result<Vec<Duration>> {
+        let child = self
             .child
+            .take()
+            .context("the recording was already finished")?;
+        let out = child
             .wait_with_output()
             .context("waiting for perf record")?;
         if !out.status.success() {
@@ -56,7 +73,6 @@ impl Recording {
             .stderr(Stdio::null())
             .output()
             .context("running perf script")?;
-        let _ = std::fs::remove_file(&self.file);
         if !script.status.success() {
             bail!("perf script failed: {}", script.status);
         }
