@@ -165,6 +165,17 @@ fn resize_gap(out: &mut Vec<u8>, at: usize, reserved: usize, need: usize) {
     }
 }
 
+/// The length of what [`put_envelope_head`] writes.
+pub fn envelope_head_len(api_version: &str, kind: &str, raw_len: usize) -> usize {
+    MAGIC.len()
+        + field_len(
+            1,
+            field_len(1, api_version.len()) + field_len(2, kind.len()),
+        )
+        + key_len(2)
+        + encoded_len_varint(raw_len as u64)
+}
+
 /// The magic and `runtime.Unknown` up to `raw`'s bytes: `typeMeta`, then `raw`'s key and
 /// length. The caller writes `raw_len` bytes, then [`ENVELOPE_TAIL`].
 pub fn put_envelope_head(out: &mut Vec<u8>, api_version: &str, kind: &str, raw_len: usize) {

@@ -275,3 +275,22 @@ fn protobuf_lists_around_the_buffered_size_are_exact() {
         }
     }
 }
+
+#[test]
+fn the_envelope_head_is_as_long_as_measured() {
+    for raw_len in [0, 1, 127, 128, 16_383, 16_384, 2_097_152, u32::MAX as usize] {
+        for (api_version, kind) in [
+            ("metrics.k8s.io/v1beta1", "PodMetricsList"),
+            ("meta.k8s.io/v1", "PartialObjectMetadataList"),
+        ] {
+            let mut head = Vec::new();
+            super::proto::put_envelope_head(&mut head, api_version, kind, raw_len);
+            assert_eq!(
+                head.len(),
+                super::proto::envelope_head_len(api_version, kind, raw_len),
+                "{kind} with {raw_len} bytes"
+            );
+            assert!(head.len() <= super::proto::envelope_head_len(api_version, kind, usize::MAX));
+        }
+    }
+}

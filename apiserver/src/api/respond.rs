@@ -1,6 +1,7 @@
 //! Shaping a NodeMetrics / PodMetrics answer in the negotiated form: the object, its Table or
 //! PartialObjectMetadata, in JSON or protobuf, single objects buffered and lists streamed.
 
+use bytes::Bytes;
 use http::{Response, StatusCode};
 
 use super::accept::{self, Format, Target};
@@ -188,17 +189,25 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             // is measured, one copy of a small body instead. Its items' memory (the names
             // above all: the selection reads none) is loaded all at once first, so the misses
             // overlap instead of stalling the writer one item at a time.
+            // `raw` goes after room for the longest head, the head right before it once
+            // `raw`'s length is known: one buffer, nothing copied.
             items.iter().for_each(warm);
-            let mut raw = Vec::with_capacity(proto::EMPTY_LIST_META.len() + items.len() * 256);
-            raw.extend_from_slice(proto::EMPTY_LIST_META);
+            let room = proto::envelope_head_len(api_version, kind, usize::MAX);
+            let mut out =
+                Vec::with_capacity(room + proto::EMPTY_LIST_META.len() + items.len() * 256 + 8);
+            out.resize(room, 0);
+            out.extend_from_slice(proto::EMPTY_LIST_META);
             for item in &items {
-                write(&mut raw, &ctx, item);
+                write(&mut out, &ctx, item);
             }
-            let mut out = Vec::with_capacity(raw.len() + 128);
-            proto::put_envelope_head(&mut out, api_version, kind, raw.len());
-            out.extend_from_slice(&raw);
+            let raw_len = out.len() - room;
             out.extend_from_slice(proto::ENVELOPE_TAIL);
-            return response(StatusCode::OK, accept::PROTOBUF, crate::body::full(out));
+            let mut head = Vec::with_capacity(room);
+            proto::put_envelope_head(&mut head, api_version, kind, raw_len);
+            let start = room - head.len();
+            out[start..room].copy_from_slice(&head);
+            let body = Bytes::from(out).slice(start..);
+            return response(StatusCode::OK, accept::PROTOBUF, crate::body::full(body));
         }
         // `raw`'s length goes first, so every item is measured before the first is written.
         let raw_len = measured.unwrap_or_else(|| proto::list_len(&ctx, &items, writer));
