@@ -31,6 +31,7 @@
 //! each `*_len` computes a message's length arithmetically, without writing it, and the
 //! handler sums them while it selects the items (the data is in cache then).
 
+use bytes::Bytes;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use scraper::inventory::{Encoding, Labels};
 use scraper::point::ContainerUsage;
@@ -166,7 +167,7 @@ fn resize_gap(out: &mut Vec<u8>, at: usize, reserved: usize, need: usize) {
 }
 
 /// The length of what [`put_envelope_head`] writes.
-pub fn envelope_head_len(api_version: &str, kind: &str, raw_len: usize) -> usize {
+fn envelope_head_len(api_version: &str, kind: &str, raw_len: usize) -> usize {
     MAGIC.len()
         + field_len(
             1,
@@ -506,6 +507,33 @@ pub fn list_head(api_version: &str, kind: &str, raw_len: usize) -> Vec<u8> {
     put_envelope_head(&mut head, api_version, kind, raw_len);
     head.extend_from_slice(EMPTY_LIST_META);
     head
+}
+
+/// A whole list body in one buffer: the empty `ListMeta` and `items` (each written by
+/// `write`, field 2) after room for the longest envelope head, the head put right before them
+/// once their length is known, so nothing is copied; the body is a slice of that buffer.
+pub fn whole_list<T>(
+    ctx: &Ctx,
+    api_version: &str,
+    kind: &str,
+    items: &[T],
+    write: fn(&mut Vec<u8>, &Ctx, &T),
+) -> Bytes {
+    let room = envelope_head_len(api_version, kind, usize::MAX);
+    let mut out =
+        Vec::with_capacity(room + EMPTY_LIST_META.len() + items.len() * 256 + ENVELOPE_TAIL.len());
+    out.resize(room, 0);
+    out.extend_from_slice(EMPTY_LIST_META);
+    for item in items {
+        write(&mut out, ctx, item);
+    }
+    let raw_len = out.len() - room;
+    out.extend_from_slice(ENVELOPE_TAIL);
+    let mut head = Vec::with_capacity(room);
+    put_envelope_head(&mut head, api_version, kind, raw_len);
+    let start = room - head.len();
+    out[start..room].copy_from_slice(&head);
+    Bytes::from(out).slice(start..)
 }
 
 /// One list item: field 2, its length, its message (most items take 128 bytes or more:

@@ -277,20 +277,27 @@ fn protobuf_lists_around_the_buffered_size_are_exact() {
 }
 
 #[test]
-fn the_envelope_head_is_as_long_as_measured() {
-    for raw_len in [0, 1, 127, 128, 16_383, 16_384, 2_097_152, u32::MAX as usize] {
+fn a_whole_list_is_its_envelope_around_its_items_whatever_their_length() {
+    // Items of one byte each, so the list's length crosses the varint widths of its prefix
+    // (one byte up to 127, two up to 16,383, three beyond).
+    fn write(out: &mut Vec<u8>, _: &super::encode::Ctx, item: &u8) {
+        out.push(*item);
+    }
+    let ctx = super::encode::Ctx::new("metrics.k8s.io/v1beta1", 0);
+    for n in [0, 1, 119, 120, 121, 16_375, 16_376, 16_377, 40_000] {
+        let items: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
         for (api_version, kind) in [
             ("metrics.k8s.io/v1beta1", "PodMetricsList"),
             ("meta.k8s.io/v1", "PartialObjectMetadataList"),
         ] {
-            let mut head = Vec::new();
-            super::proto::put_envelope_head(&mut head, api_version, kind, raw_len);
-            assert_eq!(
-                head.len(),
-                super::proto::envelope_head_len(api_version, kind, raw_len),
-                "{kind} with {raw_len} bytes"
-            );
-            assert!(head.len() <= super::proto::envelope_head_len(api_version, kind, usize::MAX));
+            let got = super::proto::whole_list(&ctx, api_version, kind, &items, write);
+            let raw_len = super::proto::EMPTY_LIST_META.len() + items.len();
+            let mut want = Vec::new();
+            super::proto::put_envelope_head(&mut want, api_version, kind, raw_len);
+            want.extend_from_slice(super::proto::EMPTY_LIST_META);
+            want.extend_from_slice(&items);
+            want.extend_from_slice(super::proto::ENVELOPE_TAIL);
+            assert_eq!(&got[..], &want[..], "{kind} of {n} items");
         }
     }
 }

@@ -1,7 +1,6 @@
 //! Shaping a NodeMetrics / PodMetrics answer in the negotiated form: the object, its Table or
 //! PartialObjectMetadata, in JSON or protobuf, single objects buffered and lists streamed.
 
-use bytes::Bytes;
 use http::{Response, StatusCode};
 
 use super::accept::{self, Format, Target};
@@ -185,28 +184,12 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             }
         };
         if items.len() <= BUFFERED_ITEMS {
-            // A short list (an HPA's) is written whole and its length put in front: no item
-            // is measured, one copy of a small body instead. Its items' memory (the names
-            // above all: the selection reads none) is loaded all at once first, so the misses
-            // overlap instead of stalling the writer one item at a time.
-            // `raw` goes after room for the longest head, the head right before it once
-            // `raw`'s length is known: one buffer, nothing copied.
+            // A short list (an HPA's) is written whole, its length put in front after: no
+            // item is measured. Its items' memory (the names above all: the selection reads
+            // none) is loaded all at once first, so the misses overlap instead of stalling
+            // the writer one item at a time.
             items.iter().for_each(warm);
-            let room = proto::envelope_head_len(api_version, kind, usize::MAX);
-            let mut out =
-                Vec::with_capacity(room + proto::EMPTY_LIST_META.len() + items.len() * 256 + 8);
-            out.resize(room, 0);
-            out.extend_from_slice(proto::EMPTY_LIST_META);
-            for item in &items {
-                write(&mut out, &ctx, item);
-            }
-            let raw_len = out.len() - room;
-            out.extend_from_slice(proto::ENVELOPE_TAIL);
-            let mut head = Vec::with_capacity(room);
-            proto::put_envelope_head(&mut head, api_version, kind, raw_len);
-            let start = room - head.len();
-            out[start..room].copy_from_slice(&head);
-            let body = Bytes::from(out).slice(start..);
+            let body = proto::whole_list(&ctx, api_version, kind, &items, write);
             return response(StatusCode::OK, accept::PROTOBUF, crate::body::full(body));
         }
         // `raw`'s length goes first, so every item is measured before the first is written.

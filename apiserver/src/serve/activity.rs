@@ -289,18 +289,31 @@ where
 mod tests {
     use super::*;
 
+    /// When `activity` has been idle for `idle`, from a task of its own.
+    fn when_idle(activity: &Arc<Activity>, idle: Duration) -> tokio::task::JoinHandle<Instant> {
+        let activity = activity.clone();
+        tokio::spawn(async move {
+            activity.idle_for(idle).await;
+            Instant::now()
+        })
+    }
+
+    /// When `activity`'s HTTP/1.1 response is cut (looking every minute when there is none),
+    /// from a task of its own.
+    fn when_cut(activity: &Arc<Activity>) -> tokio::task::JoinHandle<Instant> {
+        let activity = activity.clone();
+        tokio::spawn(async move {
+            activity.http1_cut(Duration::from_secs(60)).await;
+            Instant::now()
+        })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn idle_counts_from_the_last_request_that_ended() {
         let activity = Arc::new(Activity::new(Instant::now()));
         let started = Instant::now();
         let request = activity.begin(None);
-        let idle = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                activity.idle_for(Duration::from_secs(90)).await;
-                Instant::now()
-            })
-        };
+        let idle = when_idle(&activity, Duration::from_secs(90));
         tokio::time::sleep(Duration::from_secs(300)).await;
         assert!(!idle.is_finished(), "idle while a request is in flight");
         drop(request);
@@ -313,13 +326,7 @@ mod tests {
     async fn a_request_that_comes_and_goes_restarts_the_idle_period() {
         let activity = Arc::new(Activity::new(Instant::now()));
         let started = Instant::now();
-        let idle = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                activity.idle_for(Duration::from_secs(90)).await;
-                Instant::now()
-            })
-        };
+        let idle = when_idle(&activity, Duration::from_secs(90));
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop(activity.begin(None));
         assert_eq!(idle.await.unwrap() - started, Duration::from_secs(150));
@@ -331,13 +338,7 @@ mod tests {
         let started = Instant::now();
         let deadline = Arc::new(Deadline::new(started + Duration::from_secs(60)));
         let request = activity.begin(Some(deadline.clone()));
-        let cut = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                activity.http1_cut(Duration::from_secs(60)).await;
-                Instant::now()
-            })
-        };
+        let cut = when_cut(&activity);
         // Not before the response exists.
         tokio::time::sleep(Duration::from_secs(120)).await;
         assert!(!cut.is_finished());
@@ -349,10 +350,7 @@ mod tests {
         let deadline = Arc::new(Deadline::new(Instant::now() + Duration::from_secs(60)));
         let request = activity.begin(Some(deadline.clone()));
         deadline.arm(deadline.at());
-        let cut = {
-            let activity = activity.clone();
-            tokio::spawn(async move { activity.http1_cut(Duration::from_secs(60)).await })
-        };
+        let cut = when_cut(&activity);
         tokio::time::sleep(Duration::from_secs(30)).await;
         drop(request);
         tokio::time::sleep(Duration::from_secs(600)).await;
@@ -371,13 +369,7 @@ mod tests {
         let _request = activity.begin(Some(deadline.clone()));
         deadline.arm(deadline.at());
         tokio::time::sleep(Duration::from_secs(50)).await;
-        let cut_at = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                activity.http1_cut(Duration::from_secs(60)).await;
-                Instant::now()
-            })
-        };
+        let cut_at = when_cut(&activity);
         assert_eq!(cut_at.await.unwrap() - started, Duration::from_secs(60));
     }
 
