@@ -45,8 +45,17 @@ pub fn config(verify: &Verify, identity: Option<&Identity>) -> Result<ClientConf
 }
 
 #[derive(Debug)]
-struct NoVerify {
+pub(crate) struct NoVerify {
     signatures: provider::Signatures,
+}
+
+impl NoVerify {
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
+        NoVerify {
+            signatures: provider::Signatures::new(),
+        }
+    }
 }
 
 impl ServerCertVerifier for NoVerify {
