@@ -78,6 +78,9 @@ pub struct Ctx {
     pub creation: [u8; CREATION_LEN],
     /// The response time in Unix nanoseconds (protobuf `creationTimestamp`).
     pub creation_ns: i64,
+    /// The protobuf `ObjectMeta` bytes from `selfLink` to `creationTimestamp`, the same in
+    /// every object ([`super::proto::meta_middle`]), and how many there are.
+    pub proto_meta_middle: ([u8; 24], usize),
     /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`: Table and PartialObjectMetadata version.
     pub meta_api_version: &'static str,
     /// Table rows: what `object` holds.
@@ -100,6 +103,7 @@ impl Ctx {
             api_version,
             creation,
             creation_ns: now_ns,
+            proto_meta_middle: super::proto::meta_middle(now_ns),
             meta_api_version: "meta.k8s.io/v1",
             include: Include::Metadata,
             usage_columns: true,

@@ -37,7 +37,9 @@ use scraper::inventory::{Encoding, Labels};
 use scraper::point::ContainerUsage;
 
 use super::encode::{Ctx, NodeItem, PodItem};
-use super::quantity::{cpu_len, memory_len, write_cpu, write_memory};
+use super::quantity::{
+    SHORT, cpu_len, cpu_short, memory_len, memory_short, write_cpu, write_memory,
+};
 use super::scratch::append_prefix;
 
 /// The four bytes every protobuf body starts with.
@@ -110,7 +112,11 @@ pub fn put_header(out: &mut Vec<u8>, tag: u32, body: usize) {
 /// A string (or bytes) field.
 #[inline]
 pub fn put_str(out: &mut Vec<u8>, tag: u32, s: &str) {
-    put_header(out, tag, s.len());
+    if tag < 16 && s.len() < 0x80 {
+        out.extend_from_slice(&[(tag << 3 | 2) as u8, s.len() as u8]);
+    } else {
+        put_header(out, tag, s.len());
+    }
     out.extend_from_slice(s.as_bytes());
 }
 
@@ -291,11 +297,38 @@ impl Resources {
         }
     }
 
-    /// One entry: its key, length, `key = 1`, `value = 2 {string = 1}` written as one
-    /// run with the three lengths zero, then the quantity, then the lengths filled in (an
-    /// entry is under 128 bytes: a key of at most 6, a quantity of at most 41).
-    #[inline]
+    /// One entry: its key, length, `key = 1`, `value = 2 {string = 1}`, the quantity. The
+    /// common quantities (all but zero and the huge) are formatted in a scratch and the
+    /// entry built around them on the stack, then appended at once; the others are written
+    /// with the three lengths zero, then the quantity, then the lengths filled in (an entry
+    /// is under 128 bytes: a key of at most 6, a quantity of at most 41).
+    #[inline(always)]
     fn write_entry(out: &mut Vec<u8>, tag: u32, key: &[u8], q: Quantity) {
+        let mut string = [0u8; SHORT];
+        let short = match q {
+            Quantity::Cpu(v) => cpu_short(&mut string, v),
+            Quantity::Bytes(v) => memory_short(&mut string, v),
+        };
+        if let Some(n) = short
+            && key.len() <= 8
+        {
+            let k = key.len();
+            let mut entry = [0u8; 48];
+            entry[0] = (tag << 3 | 2) as u8;
+            entry[1] = (k + n + 6) as u8;
+            entry[2] = 0x0a;
+            entry[3] = k as u8;
+            entry[4..4 + k].copy_from_slice(key);
+            entry[4 + k..8 + k].copy_from_slice(&[0x12, (n + 2) as u8, 0x0a, n as u8]);
+            entry[8 + k..8 + k + SHORT].copy_from_slice(&string);
+            append_prefix(out, &entry, 8 + k + n);
+            return;
+        }
+        Self::write_entry_slow(out, tag, key, q);
+    }
+
+    #[cold]
+    fn write_entry_slow(out: &mut Vec<u8>, tag: u32, key: &[u8], q: Quantity) {
         let start = out.len();
         out.extend_from_slice(&[(tag << 3 | 2) as u8, 0, 0x0a, key.len() as u8]);
         out.extend_from_slice(key);
@@ -357,12 +390,24 @@ impl Meta<'_> {
         // generateName = 2, empty.
         out.extend_from_slice(&[0x12, 0x00]);
         put_str(out, 3, self.namespace);
-        // selfLink = 4, uid = 5, resourceVersion = 6 empty; generation = 7 zero.
-        out.extend_from_slice(&[0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00]);
-        put_time(out, 8, ctx.creation_ns);
+        let (middle, len) = &ctx.proto_meta_middle;
+        append_prefix(out, middle, *len);
         out.extend_from_slice(self.labels.encoded(Encoding::Protobuf, labels));
         close(out, at, 1);
     }
+}
+
+/// What every `ObjectMeta` of a response carries between its namespace and its labels, the
+/// same for all: `selfLink = 4`, `uid = 5`, `resourceVersion = 6` empty, `generation = 7`
+/// zero, `creationTimestamp = 8` the response time. Made once per response ([`Ctx`]).
+pub fn meta_middle(creation_ns: i64) -> ([u8; 24], usize) {
+    let mut out = Vec::with_capacity(24);
+    out.extend_from_slice(&[0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00]);
+    put_time(&mut out, 8, creation_ns);
+    let mut middle = [0u8; 24];
+    let len = out.len().min(middle.len());
+    middle[..len].copy_from_slice(&out[..len]);
+    (middle, len)
 }
 
 /// `ObjectMeta.labels = 11`, one entry per label in key order: encoded once per label set

@@ -48,7 +48,6 @@ pub fn write_memory_bytes(out: &mut Vec<u8>, bytes: u128) {
 
 /// CPU from a raw `u64` count of nanocores, as metrics-server's `uint64Quantity`.
 pub fn write_cpu(out: &mut Vec<u8>, nanocores: u64) {
-    // Up to `u64::MAX / 100` (below `i64::MAX`: no digit dropped) in u64 arithmetic.
     if nanocores <= u64::MAX / 100 {
         write_decimal_si_u64(out, nanocores, -9);
         return;
@@ -58,31 +57,65 @@ pub fn write_cpu(out: &mut Vec<u8>, nanocores: u64) {
 
 /// Memory from a raw `u64` count of bytes, as metrics-server's `uint64Quantity`.
 pub fn write_memory(out: &mut Vec<u8>, bytes: u64) {
-    // At or above 1024 and up to `i64::MAX` (exact) in u64 arithmetic.
-    if (1024..=i64::MAX as u64).contains(&bytes) {
-        let (amount, power) = binary_si(bytes);
-        let mut buf = [0u8; SHORT];
-        let mut n = digits_into(&mut buf, amount);
-        for &b in BINARY_SUFFIXES[power].as_bytes() {
-            buf[n] = b;
-            n += 1;
-        }
-        append_prefix(out, &buf, n);
-        return;
+    let mut buf = [0u8; SHORT];
+    match memory_short(&mut buf, bytes) {
+        Some(n) => append_prefix(out, &buf, n),
+        None => write_memory_bytes(out, go_uint64(bytes)),
     }
-    write_memory_bytes(out, go_uint64(bytes));
 }
 
-/// `bytes` as `amount` x 1024^`power` with as many factors of 1024 taken out as a suffix
-/// names.
+/// [`write_cpu`]'s string at the front of `buf`, for every value but zero and those above
+/// `u64::MAX / 100` (whose x100 could overflow, and above `i64::MAX` lose a digit): its
+/// length, or `None` for those.
+#[inline(always)]
+pub fn cpu_short(buf: &mut [u8; SHORT], nanocores: u64) -> Option<usize> {
+    if nanocores == 0 || nanocores > u64::MAX / 100 {
+        return None;
+    }
+    let (amount, exponent) = canonical(nanocores, -9);
+    Some(decimal_si_into(buf, amount, exponent))
+}
+
+/// [`write_memory`]'s string at the front of `buf` for 1024 bytes and up to `i64::MAX`:
+/// its length, or `None` for other values.
+#[inline(always)]
+pub fn memory_short(buf: &mut [u8; SHORT], bytes: u64) -> Option<usize> {
+    if !(1024..=i64::MAX as u64).contains(&bytes) {
+        return None;
+    }
+    let (amount, power) = binary_si(bytes);
+    Some(digits_then(buf, amount, BINARY_SUFFIXES[power].as_bytes()))
+}
+
+/// A canonical `amount` and multiple-of-three `exponent` with its DecimalSI suffix at the
+/// front of `buf` (exponents stay within -9..=18 for these inputs: the suffix is one byte
+/// or none); returns the length.
+#[inline(always)]
+fn decimal_si_into(buf: &mut [u8; SHORT], amount: u64, exponent: i32) -> usize {
+    let suffix = DECIMAL_SUFFIXES
+        .get((exponent / 3 + 3) as usize)
+        .map_or(&[][..], |s| s.as_bytes());
+    digits_then(buf, amount, suffix)
+}
+
+/// The digits of `amount`, then `suffix` (at most two bytes), at the front of `buf`;
+/// returns the length.
+#[inline(always)]
+fn digits_then(buf: &mut [u8; SHORT], amount: u64, suffix: &[u8]) -> usize {
+    let mut n = digits_into(buf, amount);
+    for &b in suffix.iter().take(2) {
+        buf[n & (SHORT - 1)] = b;
+        n += 1;
+    }
+    n
+}
+
+/// `bytes` (not zero) as `amount` x 1024^`power` with as many factors of 1024 taken out as
+/// a suffix names: the trailing zero bits say how many at once.
 #[inline]
 fn binary_si(bytes: u64) -> (u64, usize) {
-    let (mut amount, mut power) = (bytes, 0);
-    while amount.is_multiple_of(1024) && power < BINARY_SUFFIXES.len() - 1 {
-        amount >>= 10;
-        power += 1;
-    }
-    (amount, power)
+    let power = ((bytes.trailing_zeros() / 10) as usize).min(BINARY_SUFFIXES.len() - 1);
+    (bytes >> (10 * power), power)
 }
 
 /// The length of [`write_cpu`]'s output, without writing it (protobuf needs every length
@@ -139,11 +172,30 @@ fn decimal_suffix_len(exponent: i32) -> usize {
         .map_or(0, |s| s.len())
 }
 
-/// Decimal digits in `v` (1 for 0).
-#[inline]
+/// Decimal digits in `v` (1 for 0): from the bit length, a guess that is exact or one
+/// short, corrected against a power of ten (a multiply, a shift and a compare, where
+/// `ilog10` divides twice).
+#[inline(always)]
 fn digits_u64(v: u64) -> usize {
-    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+    let v = v | 1;
+    let bits = 64 - v.leading_zeros() as usize;
+    // 1233 / 4096 ~ log10(2): floor(bits * log10 2) digits at least.
+    let guess = (bits * 1233) >> 12;
+    guess + usize::from(v >= POW10[guess & 31])
 }
+
+/// 10^i for i in 0..=19 (then the largest, never reached: a u64 has at most 20 digits).
+const POW10: [u64; 32] = {
+    let mut table = [u64::MAX; 32];
+    let mut i = 0;
+    let mut p = 1u64;
+    while i < 20 {
+        table[i] = p;
+        p = p.wrapping_mul(10);
+        i += 1;
+    }
+    table
+};
 
 /// Decimal digits in `v` (1 for 0).
 fn digits_u128(v: u128) -> usize {
@@ -186,15 +238,7 @@ fn write_decimal_si_u64(out: &mut Vec<u8>, mantissa: u64, scale: i32) {
     }
     let (amount, exponent) = canonical(mantissa, scale);
     let mut buf = [0u8; SHORT];
-    let mut n = digits_into(&mut buf, amount);
-    // Exponents stay within -9..=18 for these inputs; every suffix is one byte or none.
-    if let Some(&[suffix]) = DECIMAL_SUFFIXES
-        .get((exponent / 3 + 3) as usize)
-        .map(|s| s.as_bytes())
-    {
-        buf[n] = suffix;
-        n += 1;
-    }
+    let n = decimal_si_into(&mut buf, amount, exponent);
     append_prefix(out, &buf, n);
 }
 
@@ -264,25 +308,35 @@ const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
 
-/// The scratch of one short string: 20 digits of a `u64` and a suffix of up to 2 bytes.
-const SHORT: usize = 24;
+/// The scratch of one short string: 20 digits of a `u64` and a suffix of up to 2 bytes,
+/// in a power of two so that an index masked by `SHORT - 1` needs no bounds check.
+pub const SHORT: usize = 32;
 
-/// The decimal digits of `v` at the front of `buf`, two at a time; returns how many.
-#[inline]
+/// The decimal digits of `v` at the front of `buf`, four at a time, then two; returns how
+/// many.
+#[inline(always)]
 fn digits_into(buf: &mut [u8; SHORT], mut v: u64) -> usize {
     let n = digits_u64(v);
     let mut i = n;
-    while v >= 100 {
-        let pair = (v % 100) as usize * 2;
-        v /= 100;
-        i -= 2;
-        buf[i] = DIGIT_PAIRS[pair];
-        buf[i + 1] = DIGIT_PAIRS[pair + 1];
+    let pair = |buf: &mut [u8; SHORT], i: usize, p: usize| {
+        buf[i & (SHORT - 1)] = DIGIT_PAIRS[p * 2];
+        buf[(i + 1) & (SHORT - 1)] = DIGIT_PAIRS[p * 2 + 1];
+    };
+    while v >= 10_000 {
+        let four = (v % 10_000) as usize;
+        v /= 10_000;
+        i -= 4;
+        pair(buf, i, four / 100);
+        pair(buf, i + 2, four % 100);
     }
+    let v = v as usize;
+    if v >= 100 {
+        i -= 2;
+        pair(buf, i, v % 100);
+    }
+    let v = if v >= 100 { v / 100 } else { v };
     if v >= 10 {
-        let pair = v as usize * 2;
-        buf[0] = DIGIT_PAIRS[pair];
-        buf[1] = DIGIT_PAIRS[pair + 1];
+        pair(buf, 0, v);
     } else {
         buf[0] = b'0' + v as u8;
     }
@@ -392,6 +446,90 @@ mod tests {
             out.clear();
             write_u128(&mut out, u128::from(v) * 1000 + 7);
             assert_eq!(out, (u128::from(v) * 1000 + 7).to_string().as_bytes());
+        }
+    }
+
+    /// The writers against a plain reference (strings and a loop, no fast paths) for values
+    /// of every magnitude, round and not.
+    #[test]
+    fn writers_match_a_plain_reference() {
+        fn reference_cpu(v: u64) -> String {
+            if v == 0 {
+                return "0".into();
+            }
+            let v = go_uint64(v);
+            let (mut amount, mut exponent) = (v, -9i32);
+            while amount.is_multiple_of(10) {
+                amount /= 10;
+                exponent += 1;
+            }
+            while exponent.rem_euclid(3) != 0 {
+                amount *= 10;
+                exponent -= 1;
+            }
+            while exponent > 18 {
+                amount *= 1000;
+                exponent -= 3;
+            }
+            let suffix =
+                ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"][(exponent / 3 + 3) as usize];
+            format!("{amount}{suffix}")
+        }
+        fn reference_memory(v: u64) -> String {
+            let v = go_uint64(v);
+            if v < 1024 {
+                return if v != 0 && v.is_multiple_of(1000) {
+                    format!("{}k", v / 1000)
+                } else {
+                    v.to_string()
+                };
+            }
+            let (mut amount, mut power) = (v, 0);
+            while amount.is_multiple_of(1024) && power < 6 {
+                amount /= 1024;
+                power += 1;
+            }
+            format!(
+                "{amount}{}",
+                ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power]
+            )
+        }
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut values = vec![0u64, 1, 999, 1000, 1023, 1024, u64::MAX];
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = x >> (x % 64);
+            values.extend([
+                v,
+                v / 1000 * 1000,
+                (v >> 10) << 10,
+                (v >> 20) << 20,
+                v % 100_000_000,
+            ]);
+        }
+        for v in values {
+            assert_eq!(cpu(v), reference_cpu(v), "cpu {v}");
+            assert_eq!(mem(v), reference_memory(v), "memory {v}");
+        }
+    }
+
+    /// The digit count from the bit length, at both sides of every power of ten.
+    #[test]
+    fn digit_counts_at_every_power_of_ten() {
+        let mut values = vec![0u64, 1, u64::MAX];
+        let mut p = 1u64;
+        while let Some(next) = p.checked_mul(10) {
+            values.extend([p - 1, p, p + 1, next - 1]);
+            p = next;
+        }
+        values.extend([p - 1, p, p + 1]);
+        for v in values {
+            assert_eq!(digits_u64(v), v.to_string().len(), "{v}");
+            let mut buf = [0u8; SHORT];
+            let n = digits_into(&mut buf, v);
+            assert_eq!(&buf[..n], v.to_string().as_bytes());
         }
     }
 
