@@ -29,7 +29,7 @@ pub type WarmItem<T> = fn(&T);
 
 /// How many items a list warms at once, ahead of the ones it reads: a batch's loads are
 /// independent, so their cache misses overlap instead of following each other.
-pub const WARM_BATCH: usize = 8;
+pub const WARM_BATCH: usize = 32;
 
 /// A list: `head`, the items (separated by commas in JSON), `tail`.
 pub struct ListBody<T> {

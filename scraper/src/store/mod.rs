@@ -46,8 +46,9 @@ mod tests;
 
 pub use slot::{UsageLink, UsageSlot};
 
-/// How many pods [`Store::pods_linked`] reads together.
-pub const LINKED_BATCH: usize = 8;
+/// How many pods [`Store::pods_linked`] reads together: as many as a visit hands over
+/// ([`crate::inventory::VISIT_BATCH`]).
+pub const LINKED_BATCH: usize = 32;
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
