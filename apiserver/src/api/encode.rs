@@ -79,7 +79,8 @@ pub struct Ctx {
     /// The response time in Unix nanoseconds (protobuf `creationTimestamp`).
     pub creation_ns: i64,
     /// The protobuf `ObjectMeta` bytes from `selfLink` to `creationTimestamp`, the same in
-    /// every object ([`super::proto::meta_middle`]), and how many there are.
+    /// every object, and how many there are: made from `creation_ns` by [`Ctx::new`]
+    /// ([`super::proto::meta_middle`]), so that each object copies them.
     pub proto_meta_middle: ([u8; 24], usize),
     /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`: Table and PartialObjectMetadata version.
     pub meta_api_version: &'static str,

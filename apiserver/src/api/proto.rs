@@ -229,6 +229,10 @@ fn put_duration(out: &mut Vec<u8>, tag: u32, ns: i64) {
     append_prefix(out, &buf, n + 3);
 }
 
+/// The longest quantity string the writers make (a sum above `u64::MAX` written out; a
+/// `u64` takes at most 21 bytes).
+const QUANTITY_MAX: usize = 48;
+
 /// One resource of a `ResourceList`.
 #[derive(Clone, Copy)]
 enum Quantity {
@@ -297,11 +301,8 @@ impl Resources {
         }
     }
 
-    /// One entry: its key, length, `key = 1`, `value = 2 {string = 1}`, the quantity. The
-    /// common quantities (all but zero and the huge) are formatted in a scratch and the
-    /// entry built around them on the stack, then appended at once; the others are written
-    /// with the three lengths zero, then the quantity, then the lengths filled in (an entry
-    /// is under 128 bytes: a key of at most 6, a quantity of at most 41).
+    /// One entry around its quantity: the common quantities (all but zero and the huge)
+    /// are formatted straight into a scratch, the others through the general writers.
     #[inline(always)]
     fn write_entry(out: &mut Vec<u8>, tag: u32, key: &[u8], q: Quantity) {
         let mut string = [0u8; SHORT];
@@ -309,40 +310,47 @@ impl Resources {
             Quantity::Cpu(v) => cpu_short(&mut string, v),
             Quantity::Bytes(v) => memory_short(&mut string, v),
         };
-        if let Some(n) = short
-            && key.len() <= 8
-        {
-            let k = key.len();
-            let mut entry = [0u8; 48];
-            entry[0] = (tag << 3 | 2) as u8;
-            entry[1] = (k + n + 6) as u8;
-            entry[2] = 0x0a;
-            entry[3] = k as u8;
-            entry[4..4 + k].copy_from_slice(key);
-            entry[4 + k..8 + k].copy_from_slice(&[0x12, (n + 2) as u8, 0x0a, n as u8]);
-            entry[8 + k..8 + k + SHORT].copy_from_slice(&string);
-            append_prefix(out, &entry, 8 + k + n);
-            return;
+        match short {
+            Some(n) => Self::put_entry(out, tag, key, &string, n),
+            None => Self::write_rare_entry(out, tag, key, q),
         }
-        Self::write_entry_slow(out, tag, key, q);
     }
 
     #[cold]
-    fn write_entry_slow(out: &mut Vec<u8>, tag: u32, key: &[u8], q: Quantity) {
-        let start = out.len();
-        out.extend_from_slice(&[(tag << 3 | 2) as u8, 0, 0x0a, key.len() as u8]);
-        out.extend_from_slice(key);
-        out.extend_from_slice(&[0x12, 0, 0x0a, 0]);
-        let string = out.len();
-        q.write(out);
-        let n = out.len() - string;
-        if let Some([_, entry]) = out.get_mut(start..start + 2) {
-            *entry = (key.len() + n + 6) as u8;
+    fn write_rare_entry(out: &mut Vec<u8>, tag: u32, key: &[u8], q: Quantity) {
+        let mut formatted = Vec::with_capacity(QUANTITY_MAX);
+        q.write(&mut formatted);
+        let mut string = [0u8; QUANTITY_MAX];
+        let n = formatted.len().min(QUANTITY_MAX);
+        string[..n].copy_from_slice(&formatted[..n]);
+        Self::put_entry(out, tag, key, &string, n);
+    }
+
+    /// An entry as repeated field `tag`: its length, `key = 1`, `value = 2 {string = 1}`
+    /// with the first `n` bytes of `string`, built on the stack and appended at once. Every
+    /// length inside is one byte: a key of at most 8 bytes (ours: `cpu`, `memory`, `swap`),
+    /// a string of at most [`QUANTITY_MAX`].
+    #[inline(always)]
+    fn put_entry<const N: usize>(
+        out: &mut Vec<u8>,
+        tag: u32,
+        key: &[u8],
+        string: &[u8; N],
+        n: usize,
+    ) {
+        let k = key.len().min(8);
+        let n = n.min(N);
+        let mut entry = [0u8; 16 + QUANTITY_MAX];
+        entry[0] = (tag << 3 | 2) as u8;
+        entry[1] = (k + n + 6) as u8;
+        entry[2] = 0x0a;
+        entry[3] = k as u8;
+        entry[4..4 + k].copy_from_slice(&key[..k]);
+        entry[4 + k..8 + k].copy_from_slice(&[0x12, (n + 2) as u8, 0x0a, n as u8]);
+        if let Some(dst) = entry.get_mut(8 + k..8 + k + N) {
+            dst.copy_from_slice(string);
         }
-        if let Some([value, _, len]) = out.get_mut(string - 3..string) {
-            *value = (n + 2) as u8;
-            *len = n as u8;
-        }
+        append_prefix(out, &entry, 8 + k + n);
     }
 }
 
@@ -401,6 +409,7 @@ impl Meta<'_> {
 /// same for all: `selfLink = 4`, `uid = 5`, `resourceVersion = 6` empty, `generation = 7`
 /// zero, `creationTimestamp = 8` the response time. Made once per response ([`Ctx`]).
 pub fn meta_middle(creation_ns: i64) -> ([u8; 24], usize) {
+    // 8 bytes of empty fields and a `Time` of at most 15 (a 10-byte varint of seconds).
     let mut out = Vec::with_capacity(24);
     out.extend_from_slice(&[0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00]);
     put_time(&mut out, 8, creation_ns);
@@ -678,6 +687,45 @@ mod tests {
         want.extend_from_slice(&raw);
         want.extend_from_slice(ENVELOPE_TAIL);
         assert_eq!(body, want);
+    }
+
+    /// An entry has the same layout whichever path formats its quantity: the common one
+    /// (straight into a scratch) and the rare one (zero, below 1024 bytes, the huge).
+    #[test]
+    fn resource_entries_are_laid_out_alike_on_both_paths() {
+        for (cpu, memory) in [
+            (5_000_000, 12_533_760),
+            (0, 0),
+            (1, 512),
+            (u64::MAX, 1000),
+            (u64::MAX / 100 + 1, i64::MAX as u64 + 1),
+        ] {
+            let mut out = Vec::new();
+            Resources {
+                cpu_nanocores: cpu,
+                memory_bytes: memory,
+                swap_bytes: None,
+            }
+            .write(&mut out, 2);
+            let mut want = Vec::new();
+            for (key, q) in [
+                ("cpu", Quantity::Cpu(cpu)),
+                ("memory", Quantity::Bytes(memory)),
+            ] {
+                let mut string = Vec::new();
+                q.write(&mut string);
+                let body = [
+                    &[0x0a, key.len() as u8][..],
+                    key.as_bytes(),
+                    &[0x12, string.len() as u8 + 2, 0x0a, string.len() as u8],
+                    &string,
+                ]
+                .concat();
+                want.extend_from_slice(&[0x12, body.len() as u8]);
+                want.extend_from_slice(&body);
+            }
+            assert_eq!(out, want, "cpu {cpu}, memory {memory}");
+        }
     }
 
     /// `*_len` (used for the list envelope) agrees with what the writers write, including

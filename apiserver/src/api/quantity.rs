@@ -48,6 +48,7 @@ pub fn write_memory_bytes(out: &mut Vec<u8>, bytes: u128) {
 
 /// CPU from a raw `u64` count of nanocores, as metrics-server's `uint64Quantity`.
 pub fn write_cpu(out: &mut Vec<u8>, nanocores: u64) {
+    // Up to `u64::MAX / 100` (below `i64::MAX`: no digit dropped) in u64 arithmetic.
     if nanocores <= u64::MAX / 100 {
         write_decimal_si_u64(out, nanocores, -9);
         return;
@@ -329,12 +330,11 @@ fn digits_into(buf: &mut [u8; SHORT], mut v: u64) -> usize {
         pair(buf, i, four / 100);
         pair(buf, i + 2, four % 100);
     }
-    let v = v as usize;
+    let mut v = v as usize;
     if v >= 100 {
-        i -= 2;
-        pair(buf, i, v % 100);
+        pair(buf, i - 2, v % 100);
+        v /= 100;
     }
-    let v = if v >= 100 { v / 100 } else { v };
     if v >= 10 {
         pair(buf, 0, v);
     } else {

@@ -46,9 +46,8 @@ mod tests;
 
 pub use slot::{UsageLink, UsageSlot};
 
-/// How many pods [`Store::pods_linked`] reads together: as many as a visit hands over
-/// ([`crate::inventory::VISIT_BATCH`]).
-pub const LINKED_BATCH: usize = 32;
+/// How many pods [`Store::pods_linked`] reads together: as many as a visit hands over.
+pub const LINKED_BATCH: usize = crate::inventory::VISIT_BATCH;
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
