@@ -50,6 +50,13 @@ pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered.
 pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Encrypted bytes a connection encrypts ahead of one socket write: a streamed list's frame
+/// ([`crate::api::body::CHUNK_BYTES`]) at a time instead of rustls' default 64 KiB, so a
+/// 150,000-pod list goes out in a quarter of the writes (each of which also runs the
+/// receiver's side of the TCP stack and wakes it, on loopback and on a node's local
+/// aggregator connection alike). Only a client that stops reading leaves this much queued.
+pub const TLS_SEND_BUFFER_BYTES: usize = crate::api::body::CHUNK_BYTES;
+
 /// The largest h2 frame accepted (the protocol's minimum; requests carry no body here).
 pub const HTTP2_MAX_FRAME_BYTES: u32 = 16 * 1024;
 /// The h2 receive windows (the protocol's initial 65,535 bytes): request bodies are never
@@ -121,6 +128,10 @@ pub(super) async fn serve(
             }
         }
     };
+    let mut tls = tls;
+    tls.get_mut()
+        .1
+        .set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
     let (_, session) = tls.get_ref();
     let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
     let peer = session
