@@ -50,12 +50,15 @@ pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered.
 pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Encrypted bytes a connection encrypts ahead of one socket write: a streamed list's frame
-/// ([`crate::api::body::CHUNK_BYTES`]) at a time instead of rustls' default 64 KiB, so a
-/// 150,000-pod list goes out in a quarter of the writes (each of which also runs the
-/// receiver's side of the TCP stack and wakes it, on loopback and on a node's local
-/// aggregator connection alike). Only a client that stops reading leaves this much queued.
-pub const TLS_SEND_BUFFER_BYTES: usize = crate::api::body::CHUNK_BYTES;
+/// Encrypted bytes a connection queues ahead of its socket: four streamed frames
+/// ([`crate::api::body::CHUNK_BYTES`]) instead of rustls' default 64 KiB, so a 150,000-pod
+/// list goes out in a sixteenth of the writes, each of which also runs the receiver's side
+/// of the TCP stack and wakes it (on loopback and on a node's local aggregator connection
+/// alike), and the server parks less often on a full socket. Only a client that reads slower
+/// than the server writes leaves this much queued: as much as hyper's own write buffer
+/// (`max_header_bytes`, 1 MiB by default) and a quarter of what the kernel's send buffer
+/// grows to (`tcp_wmem`'s 4 MiB). BENCHMARKS.md, 2026-12-05, second session.
+pub const TLS_SEND_BUFFER_BYTES: usize = 4 * crate::api::body::CHUNK_BYTES;
 
 /// The largest h2 frame accepted (the protocol's minimum; requests carry no body here).
 pub const HTTP2_MAX_FRAME_BYTES: u32 = 16 * 1024;
