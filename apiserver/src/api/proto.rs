@@ -320,6 +320,7 @@ impl Resources {
     fn write_rare_entry(out: &mut Vec<u8>, tag: u32, key: &[u8], q: Quantity) {
         let mut formatted = Vec::with_capacity(QUANTITY_MAX);
         q.write(&mut formatted);
+        debug_assert!(formatted.len() <= QUANTITY_MAX, "{}", formatted.len());
         let mut string = [0u8; QUANTITY_MAX];
         let n = formatted.len().min(QUANTITY_MAX);
         string[..n].copy_from_slice(&formatted[..n]);

@@ -117,7 +117,12 @@ pub(super) async fn serve(
     };
     let tls = tokio::select! {
         () = shutdown.cancelled() => return,
-        handshake = tokio::time::timeout(config.handshake_timeout, acceptor.accept(socket)) => {
+        handshake = tokio::time::timeout(
+            config.handshake_timeout,
+            acceptor.accept_with(socket, |session| {
+                session.set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+            }),
+        ) => {
             match handshake {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
@@ -131,10 +136,6 @@ pub(super) async fn serve(
             }
         }
     };
-    let mut tls = tls;
-    tls.get_mut()
-        .1
-        .set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
     let (_, session) = tls.get_ref();
     let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
     let peer = session
