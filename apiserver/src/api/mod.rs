@@ -496,7 +496,16 @@ impl<S: Source> Handler<S> {
                         );
                         json_response(stream.into_body())
                     }
+                    Resource::Pods(ns)
+                        if format == Format::Protobuf
+                            && matches!(target, Target::Object | Target::DiscoveryV2)
+                            && self.source.pods_sorted() =>
+                    {
+                        self.protobuf_pods(ns.as_deref(), &list, &ctx, now_ns)
+                    }
                     Resource::Pods(ns) => {
+                        // The other forms (and any form from a source that does not visit
+                        // in order): every item is selected first, then written.
                         // Protobuf needs the length of the whole list first: measure each
                         // item as it is selected, while its data is in cache. A short list
                         // is written whole and measured afterwards (`list_body`): its items
@@ -656,6 +665,76 @@ impl<S: Source> Handler<S> {
             items.sort_by(|a, b| a.record.key.cmp(&b.record.key));
         }
         items
+    }
+
+    /// A `PodMetricsList` in protobuf, from a source that visits pods in order. Its first
+    /// [`BUFFERED_ITEMS`] pods (all of an HPA's) are written as they are selected, while their
+    /// memory is in cache, with no item that owns them (no reference count taken or
+    /// dropped) and no pass over them afterwards; their list is answered in one buffer, its
+    /// length put in front at the end. The pods past them are collected and measured as
+    /// they are selected, and streamed after the written ones: protobuf needs the length of
+    /// the whole list before its first byte.
+    fn protobuf_pods(
+        &self,
+        namespace: Option<&str>,
+        q: &ListQuery,
+        ctx: &Ctx,
+        now_ns: i64,
+    ) -> Response<Body> {
+        debug_assert!(self.source.pods_sorted(), "written in the order visited");
+        let namespace = q.namespace(namespace);
+        let mut list = proto::ListWriter::new(ctx.api_version, "PodMetricsList", BUFFERED_ITEMS);
+        let mut written = 0usize;
+        let mut rest: Vec<PodItem> = Vec::new();
+        let mut rest_len = 0usize;
+        let mut batch = self.freshness.batch();
+        self.source
+            .visit_pods(namespace, &q.labels, &mut |records| {
+                if written < BUFFERED_ITEMS {
+                    // The names are read only by the writer: loaded with the batch's records.
+                    records.iter().for_each(|r| encode::warm_name(r));
+                }
+                select_batch(
+                    &*self.source,
+                    records,
+                    namespace,
+                    q,
+                    now_ns,
+                    |record, usage| {
+                        batch.observe(now_ns, usage.timestamp_ns);
+                        if written < BUFFERED_ITEMS {
+                            proto::pod_list_item(list.items(), ctx, record, &usage);
+                            written += 1;
+                        } else {
+                            let item = PodItem {
+                                record: Arc::clone(record),
+                                usage,
+                            };
+                            rest_len += proto::field_len(2, proto::pod_len(ctx, &item));
+                            rest.push(item);
+                        }
+                    },
+                );
+            });
+        if rest.is_empty() {
+            return response(
+                StatusCode::OK,
+                accept::PROTOBUF,
+                crate::body::full(list.finish()),
+            );
+        }
+        let raw_len = list.raw_len() + rest_len;
+        let head = list.into_head(raw_len);
+        let body = body::ListBody::new(
+            head,
+            rest,
+            proto::ENVELOPE_TAIL,
+            ctx.clone(),
+            proto::pod_item,
+        )
+        .warming(PodItem::warm)
+        .without_separator();
+        response(StatusCode::OK, accept::PROTOBUF, body.into_body())
     }
 
     fn get_node(&self, name: &str, now_ns: i64) -> Result<NodeItem, Box<Status>> {

@@ -33,8 +33,8 @@
 
 use bytes::Bytes;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use scraper::inventory::{Encoding, Labels};
-use scraper::point::ContainerUsage;
+use scraper::inventory::{Encoding, Labels, PodRecord};
+use scraper::point::{ContainerUsage, PodUsage};
 
 use super::encode::{Ctx, NodeItem, PodItem};
 use super::quantity::{
@@ -372,11 +372,11 @@ impl Meta<'_> {
         }
     }
 
-    fn of_pod(item: &PodItem) -> Meta<'_> {
+    fn of_pod(record: &PodRecord) -> Meta<'_> {
         Meta {
-            name: &item.record.key.name,
-            namespace: &item.record.key.namespace,
-            labels: &item.record.labels,
+            name: &record.key.name,
+            namespace: &record.key.namespace,
+            labels: &record.labels,
         }
     }
 
@@ -483,7 +483,7 @@ pub fn pod_len(ctx: &Ctx, item: &PodItem) -> usize {
         measured => measured as usize,
     };
     debug_assert_eq!(containers, containers_len_of(&item.usage.containers));
-    field_len(1, Meta::of_pod(item).len(ctx))
+    field_len(1, Meta::of_pod(&item.record).len(ctx))
         + field_len(2, time_len(item.usage.timestamp_ns))
         + field_len(3, duration_len(item.usage.window_ns))
         + containers
@@ -491,10 +491,15 @@ pub fn pod_len(ctx: &Ctx, item: &PodItem) -> usize {
 
 /// A `PodMetrics` message (its fields; the caller wrote the length).
 pub fn write_pod(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
-    Meta::of_pod(item).write(out, ctx, 1);
-    put_time(out, 2, item.usage.timestamp_ns);
-    put_duration(out, 3, item.usage.window_ns);
-    for c in item.usage.containers.iter() {
+    write_pod_of(out, ctx, &item.record, &item.usage);
+}
+
+/// [`write_pod`] of a pod's record and usage, without an item that owns them.
+fn write_pod_of(out: &mut Vec<u8>, ctx: &Ctx, record: &PodRecord, usage: &PodUsage) {
+    Meta::of_pod(record).write(out, ctx, 1);
+    put_time(out, 2, usage.timestamp_ns);
+    put_duration(out, 3, usage.window_ns);
+    for c in usage.containers.iter() {
         let at = open(out, 4, 1);
         put_str(out, 1, &c.name);
         Resources::of_container(c).write(out, 2);
@@ -514,12 +519,12 @@ pub fn write_node_partial(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
 
 /// The length of a `PartialObjectMetadata` of a pod.
 pub fn pod_partial_len(ctx: &Ctx, item: &PodItem) -> usize {
-    field_len(1, Meta::of_pod(item).len(ctx))
+    field_len(1, Meta::of_pod(&item.record).len(ctx))
 }
 
 /// A `PartialObjectMetadata` of a pod.
 pub fn write_pod_partial(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
-    Meta::of_pod(item).write(out, ctx, 1);
+    Meta::of_pod(&item.record).write(out, ctx, 1);
 }
 
 /// How one message kind is measured and written.
@@ -565,30 +570,84 @@ pub fn list_head(api_version: &str, kind: &str, raw_len: usize) -> Vec<u8> {
 }
 
 /// A whole list body in one buffer: the empty `ListMeta` and `items` (each written by
-/// `write`, field 2) after room for the longest envelope head, the head put right before them
-/// once their length is known, so nothing is copied; the body is a slice of that buffer.
+/// `write`, field 2), the envelope's head put in front once their length is known.
 pub fn whole_list<T>(
     ctx: &Ctx,
-    api_version: &str,
-    kind: &str,
+    api_version: &'static str,
+    kind: &'static str,
     items: &[T],
     write: fn(&mut Vec<u8>, &Ctx, &T),
 ) -> Bytes {
-    let room = envelope_head_len(api_version, kind, usize::MAX);
-    let mut out =
-        Vec::with_capacity(room + EMPTY_LIST_META.len() + items.len() * 256 + ENVELOPE_TAIL.len());
-    out.resize(room, 0);
-    out.extend_from_slice(EMPTY_LIST_META);
+    let mut list = ListWriter::new(api_version, kind, items.len());
     for item in items {
-        write(&mut out, ctx, item);
+        write(list.items(), ctx, item);
     }
-    let raw_len = out.len() - room;
-    out.extend_from_slice(ENVELOPE_TAIL);
-    let mut head = Vec::with_capacity(room);
-    put_envelope_head(&mut head, api_version, kind, raw_len);
-    let start = room - head.len();
-    out[start..room].copy_from_slice(&head);
-    Bytes::from(out).slice(start..)
+    list.finish()
+}
+
+/// A list written into one buffer as its items come, after room for the longest envelope
+/// head: the head goes right before them once their length is known, so nothing is copied.
+#[derive(Debug)]
+pub struct ListWriter {
+    out: Vec<u8>,
+    /// Bytes reserved in front for the envelope's head.
+    room: usize,
+    api_version: &'static str,
+    kind: &'static str,
+}
+
+impl ListWriter {
+    /// An empty list of `kind`, with room for about `items` items.
+    pub fn new(api_version: &'static str, kind: &'static str, items: usize) -> Self {
+        let room = envelope_head_len(api_version, kind, usize::MAX);
+        let mut out = Vec::with_capacity(
+            room + EMPTY_LIST_META.len() + items.saturating_mul(256) + ENVELOPE_TAIL.len(),
+        );
+        out.resize(room, 0);
+        out.extend_from_slice(EMPTY_LIST_META);
+        ListWriter {
+            out,
+            room,
+            api_version,
+            kind,
+        }
+    }
+
+    /// Where the next item is written (field 2, [`write_list_item`] or [`pod_list_item`]).
+    pub fn items(&mut self) -> &mut Vec<u8> {
+        &mut self.out
+    }
+
+    /// The list message's length so far (`raw`'s: the `ListMeta` and the items written).
+    pub fn raw_len(&self) -> usize {
+        self.out.len() - self.room
+    }
+
+    /// The whole body: the envelope's head, the list, the envelope's tail.
+    pub fn finish(mut self) -> Bytes {
+        let start = self.put_head(self.raw_len());
+        self.out.extend_from_slice(ENVELOPE_TAIL);
+        Bytes::from(self.out).slice(start..)
+    }
+
+    /// The start of a longer body: the envelope's head for a list of `raw_len` bytes and what
+    /// is written so far; the rest of the items and [`ENVELOPE_TAIL`] follow.
+    pub fn into_head(mut self, raw_len: usize) -> Vec<u8> {
+        let start = self.put_head(raw_len);
+        self.out.drain(..start);
+        self.out
+    }
+
+    /// Writes the envelope's head at the end of the room; returns where it starts.
+    fn put_head(&mut self, raw_len: usize) -> usize {
+        let mut head = Vec::with_capacity(self.room);
+        put_envelope_head(&mut head, self.api_version, self.kind, raw_len);
+        let start = self.room.saturating_sub(head.len());
+        if let Some(room) = self.out.get_mut(start..self.room) {
+            room.copy_from_slice(&head);
+        }
+        start
+    }
 }
 
 /// One list item: field 2, its length, its message (most items take 128 bytes or more:
@@ -627,6 +686,12 @@ pub fn node_item(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
 /// A PodMetricsList item.
 pub fn pod_item(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
     write_list_item(out, ctx, item, POD);
+}
+/// A PodMetricsList item of a pod's record and usage (no item that owns them).
+pub fn pod_list_item(out: &mut Vec<u8>, ctx: &Ctx, record: &PodRecord, usage: &PodUsage) {
+    let at = open(out, 2, 2);
+    write_pod_of(out, ctx, record, usage);
+    close(out, at, 2);
 }
 /// A PartialObjectMetadataList item of a node.
 pub fn node_partial_item(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {

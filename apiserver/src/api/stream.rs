@@ -166,7 +166,7 @@ impl<S: Source> Frames for PodStream<S> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeSet;
     use std::pin::Pin;
     use std::task::{Context, Poll};
@@ -183,13 +183,14 @@ mod tests {
     use crate::api::{Handler, Live};
 
     const SECOND: i64 = 1_000_000_000;
-    const NOW_NS: i64 = 1_700_000_000 * SECOND;
+    // The handler tests' clock, so their helpers ask at the time this cluster was scraped for.
+    const NOW_NS: i64 = crate::api::tests::NOW;
 
     /// Namespaces `a` (3 pods), `big` (8,000: many frames), `c` (150: more items than a
     /// collected list buffers, less than a frame); every pod labelled
     /// `app`, every 7th pod without usage (its node reported nothing for it); usage also for
     /// `big/web-late`, a pod the inventory does not know yet.
-    fn cluster() -> (Live, usize) {
+    pub(in crate::api) fn cluster() -> (Live, usize) {
         let inventory = Arc::new(Inventory::new());
         let store = Arc::new(Store::new(Config::new(std::time::Duration::from_secs(15))));
         let interner = inventory.interner();
@@ -243,7 +244,7 @@ mod tests {
         (Live { inventory, store }, with_usage)
     }
 
-    fn handler(live: &Live) -> Handler<Live> {
+    pub(in crate::api) fn handler(live: &Live) -> Handler<Live> {
         Handler::new(
             live.clone(),
             LabelSelector::default(),
