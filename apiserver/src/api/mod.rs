@@ -628,11 +628,41 @@ impl<S: Source> Handler<S> {
         now_ns: i64,
         mut visit: impl FnMut(&PodItem),
     ) -> Vec<PodItem> {
-        let namespace = q.namespace(namespace);
-        let mut batch = self.freshness.batch();
         let mut items = Vec::new();
-        // The source promises namespace/name order; unless it holds by construction, checked
-        // on the way and restored if broken.
+        let sorted = self.select_pods(
+            q.namespace(namespace),
+            q,
+            now_ns,
+            |_| {},
+            |record, usage| {
+                let item = PodItem {
+                    record: Arc::clone(record),
+                    usage,
+                };
+                visit(&item);
+                items.push(item);
+            },
+        );
+        if !sorted {
+            items.sort_by(|a, b| a.record.key.cmp(&b.record.key));
+        }
+        items
+    }
+
+    /// What every pod list reads: the pods of `namespace` (all when `None`) that `q`
+    /// selects and that have usage, handed to `each` with their usage in the source's order,
+    /// each counted once in the freshness histogram; `batch` sees each batch of records
+    /// first. Returns whether they came in namespace/name order: the source promises it
+    /// (`Source::pods_sorted`), or it is checked on the way.
+    fn select_pods(
+        &self,
+        namespace: Option<&str>,
+        q: &ListQuery,
+        now_ns: i64,
+        mut batch: impl FnMut(&[&Arc<PodRecord>]),
+        mut each: impl FnMut(&Arc<PodRecord>, Arc<PodUsage>),
+    ) -> bool {
+        let mut freshness = self.freshness.batch();
         let check = !self.source.pods_sorted();
         let mut sorted = true;
         let mut last: Option<Arc<PodRecord>> = None;
@@ -644,6 +674,7 @@ impl<S: Source> Handler<S> {
                         last = Some(Arc::clone(record));
                     }
                 }
+                batch(records);
                 select_batch(
                     &*self.source,
                     records,
@@ -651,20 +682,12 @@ impl<S: Source> Handler<S> {
                     q,
                     now_ns,
                     |record, usage| {
-                        batch.observe(now_ns, usage.timestamp_ns);
-                        let item = PodItem {
-                            record: Arc::clone(record),
-                            usage,
-                        };
-                        visit(&item);
-                        items.push(item);
+                        freshness.observe(now_ns, usage.timestamp_ns);
+                        each(record, usage);
                     },
                 );
             });
-        if !sorted {
-            items.sort_by(|a, b| a.record.key.cmp(&b.record.key));
-        }
-        items
+        sorted
     }
 
     /// A `PodMetricsList` in protobuf, from a source that visits pods in order. Its first
@@ -681,41 +704,35 @@ impl<S: Source> Handler<S> {
         ctx: &Ctx,
         now_ns: i64,
     ) -> Response<Body> {
-        debug_assert!(self.source.pods_sorted(), "written in the order visited");
-        let namespace = q.namespace(namespace);
         let mut list = proto::ListWriter::new(ctx.api_version, "PodMetricsList", BUFFERED_ITEMS);
-        let mut written = 0usize;
+        let written = std::cell::Cell::new(0usize);
         let mut rest: Vec<PodItem> = Vec::new();
         let mut rest_len = 0usize;
-        let mut batch = self.freshness.batch();
-        self.source
-            .visit_pods(namespace, &q.labels, &mut |records| {
-                if written < BUFFERED_ITEMS {
+        let sorted = self.select_pods(
+            q.namespace(namespace),
+            q,
+            now_ns,
+            |records| {
+                if written.get() < BUFFERED_ITEMS {
                     // The names are read only by the writer: loaded with the batch's records.
                     records.iter().for_each(|r| encode::warm_name(r));
                 }
-                select_batch(
-                    &*self.source,
-                    records,
-                    namespace,
-                    q,
-                    now_ns,
-                    |record, usage| {
-                        batch.observe(now_ns, usage.timestamp_ns);
-                        if written < BUFFERED_ITEMS {
-                            proto::pod_list_item(list.items(), ctx, record, &usage);
-                            written += 1;
-                        } else {
-                            let item = PodItem {
-                                record: Arc::clone(record),
-                                usage,
-                            };
-                            rest_len += proto::field_len(2, proto::pod_len(ctx, &item));
-                            rest.push(item);
-                        }
-                    },
-                );
-            });
+            },
+            |record, usage| {
+                if written.get() < BUFFERED_ITEMS {
+                    proto::pod_list_item(list.items(), ctx, record, &usage);
+                    written.set(written.get() + 1);
+                } else {
+                    let item = PodItem {
+                        record: Arc::clone(record),
+                        usage,
+                    };
+                    rest_len += proto::field_len(2, proto::pod_len(ctx, &item));
+                    rest.push(item);
+                }
+            },
+        );
+        debug_assert!(sorted, "written in the order visited");
         if rest.is_empty() {
             return response(
                 StatusCode::OK,
