@@ -642,6 +642,8 @@ impl ListWriter {
     fn put_head(&mut self, raw_len: usize) -> usize {
         let mut head = Vec::with_capacity(self.room);
         put_envelope_head(&mut head, self.api_version, self.kind, raw_len);
+        // The room is the head's length for the longest list there can be.
+        debug_assert!(head.len() <= self.room, "{} > {}", head.len(), self.room);
         let start = self.room.saturating_sub(head.len());
         if let Some(room) = self.out.get_mut(start..self.room) {
             room.copy_from_slice(&head);
