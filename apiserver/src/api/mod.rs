@@ -692,8 +692,8 @@ impl<S: Source> Handler<S> {
 
     /// A `PodMetricsList` in protobuf, from a source that visits pods in order. Its first
     /// [`BUFFERED_ITEMS`] pods (all of an HPA's) are written as they are selected, while their
-    /// memory is in cache, with no item that owns them (no reference count taken or
-    /// dropped) and no pass over them afterwards; their list is answered in one buffer, its
+    /// memory is in cache, with no item that owns them (the record's reference count is
+    /// neither taken nor dropped) and no pass over them afterwards; their list is answered in one buffer, its
     /// length put in front at the end. The pods past them are collected and measured as
     /// they are selected, and streamed after the written ones: protobuf needs the length of
     /// the whole list before its first byte.
