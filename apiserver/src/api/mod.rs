@@ -498,49 +498,18 @@ impl<S: Source> Handler<S> {
                     }
                     Resource::Pods(ns)
                         if format == Format::Protobuf
-                            && matches!(target, Target::Object | Target::DiscoveryV2)
-                            && self.source.pods_sorted() =>
+                            && matches!(
+                                target,
+                                Target::Object | Target::DiscoveryV2 | Target::PartialList(_)
+                            ) =>
                     {
-                        self.protobuf_pods(ns.as_deref(), &list, &ctx, now_ns)
+                        self.protobuf_pods(ns.as_deref(), &list, target, &ctx, now_ns)
                     }
                     Resource::Pods(ns) => {
-                        // The other forms (and any form from a source that does not visit
-                        // in order): every item is selected first, then written.
-                        // Protobuf needs the length of the whole list first: measure each
-                        // item as it is selected, while its data is in cache. A short list
-                        // is written whole and measured afterwards (`list_body`): its items
-                        // are measured here only from the first past that size on, the
-                        // earlier ones (few, still near) once it is passed.
-                        let mut measured = None;
-                        let items = if format == Format::Protobuf {
-                            let measure = match target {
-                                Target::PartialList(_) => proto::POD_PARTIAL.len,
-                                _ => proto::POD.len,
-                            };
-                            let mut raw_len = proto::EMPTY_LIST_META.len();
-                            let mut seen = 0usize;
-                            let items = self.list_pods(ns.as_deref(), &list, now_ns, |item| {
-                                seen += 1;
-                                if seen > BUFFERED_ITEMS {
-                                    raw_len += proto::field_len(2, measure(&ctx, item));
-                                }
-                            });
-                            if let Some(first) = items.get(..BUFFERED_ITEMS)
-                                && items.len() > BUFFERED_ITEMS
-                            {
-                                raw_len += first
-                                    .iter()
-                                    .map(|item| proto::field_len(2, measure(&ctx, item)))
-                                    .sum::<usize>();
-                                measured = Some(raw_len);
-                            }
-                            items
-                        } else {
-                            self.list_pods(ns.as_deref(), &list, now_ns, |_| {})
-                        };
+                        let items = self.list_pods(ns.as_deref(), &list, now_ns);
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
-                            _ => pods_list(format, target, ctx, items, measured, accept),
+                            _ => pods_list(format, target, ctx, items, accept),
                         }
                     }
                     _ => {
@@ -619,15 +588,8 @@ impl<S: Source> Handler<S> {
         self.list_nodes_for(&q.labels, &q.fields, now_ns)
     }
 
-    /// Pods matching the selectors, with usage, sorted by namespace and name; `visit` sees
-    /// each as it is selected.
-    fn list_pods(
-        &self,
-        namespace: Option<&str>,
-        q: &ListQuery,
-        now_ns: i64,
-        mut visit: impl FnMut(&PodItem),
-    ) -> Vec<PodItem> {
+    /// Pods matching the selectors, with usage, sorted by namespace and name.
+    fn list_pods(&self, namespace: Option<&str>, q: &ListQuery, now_ns: i64) -> Vec<PodItem> {
         let mut items = Vec::new();
         let sorted = self.select_pods(
             q.namespace(namespace),
@@ -635,12 +597,10 @@ impl<S: Source> Handler<S> {
             now_ns,
             |_| {},
             |record, usage| {
-                let item = PodItem {
+                items.push(PodItem {
                     record: Arc::clone(record),
                     usage,
-                };
-                visit(&item);
-                items.push(item);
+                });
             },
         );
         if !sorted {
@@ -690,21 +650,46 @@ impl<S: Source> Handler<S> {
         sorted
     }
 
-    /// A `PodMetricsList` in protobuf, from a source that visits pods in order. Its first
+    /// A pod list in protobuf (a `PodMetricsList`, or a `PartialObjectMetadataList` for
+    /// `target` [`Target::PartialList`]). From a source that visits pods in order, its first
     /// [`BUFFERED_ITEMS`] pods (all of an HPA's) are written as they are selected, while their
     /// memory is in cache, with no item that owns them (the record's reference count is
-    /// neither taken nor dropped) and no pass over them afterwards; their list is answered in one buffer, its
-    /// length put in front at the end. The pods past them are collected and measured as
-    /// they are selected, and streamed after the written ones: protobuf needs the length of
-    /// the whole list before its first byte.
+    /// neither taken nor dropped) and no pass over them afterwards; such a list is answered
+    /// in one buffer, its length put in front at the end. The pods past them (every pod, from
+    /// a source that does not promise the order, sorted afterwards) are collected and
+    /// measured as they are selected, and streamed after the written ones: protobuf needs
+    /// the length of the whole list before its first byte.
     fn protobuf_pods(
         &self,
         namespace: Option<&str>,
         q: &ListQuery,
+        target: Target,
         ctx: &Ctx,
         now_ns: i64,
     ) -> Response<Body> {
-        let mut list = proto::ListWriter::new(ctx.api_version, "PodMetricsList", BUFFERED_ITEMS);
+        let (api_version, kind, write_selected, (writer, write)) = match target {
+            Target::PartialList(_) => (
+                ctx.meta_api_version,
+                "PartialObjectMetadataList",
+                proto::pod_partial_list_item as proto::WriteSelected,
+                (
+                    proto::POD_PARTIAL,
+                    proto::pod_partial_item as body::WriteItem<PodItem>,
+                ),
+            ),
+            _ => (
+                ctx.api_version,
+                "PodMetricsList",
+                proto::pod_list_item as proto::WriteSelected,
+                (proto::POD, proto::pod_item as body::WriteItem<PodItem>),
+            ),
+        };
+        let direct = if self.source.pods_sorted() {
+            BUFFERED_ITEMS
+        } else {
+            0
+        };
+        let mut list = proto::ListWriter::new(api_version, kind, direct);
         let written = std::cell::Cell::new(0usize);
         let mut rest: Vec<PodItem> = Vec::new();
         let mut rest_len = 0usize;
@@ -713,26 +698,29 @@ impl<S: Source> Handler<S> {
             q,
             now_ns,
             |records| {
-                if written.get() < BUFFERED_ITEMS {
+                if written.get() < direct {
                     // The names are read only by the writer: loaded with the batch's records.
                     records.iter().for_each(|r| encode::warm_name(r));
                 }
             },
             |record, usage| {
-                if written.get() < BUFFERED_ITEMS {
-                    proto::pod_list_item(list.items(), ctx, record, &usage);
+                if written.get() < direct {
+                    write_selected(list.items(), ctx, record, &usage);
                     written.set(written.get() + 1);
                 } else {
                     let item = PodItem {
                         record: Arc::clone(record),
                         usage,
                     };
-                    rest_len += proto::field_len(2, proto::pod_len(ctx, &item));
+                    rest_len += proto::field_len(2, (writer.len)(ctx, &item));
                     rest.push(item);
                 }
             },
         );
-        debug_assert!(sorted, "written in the order visited");
+        if !sorted {
+            // Nothing was written as selected (`direct` is 0 for such a source).
+            rest.sort_by(|a, b| a.record.key.cmp(&b.record.key));
+        }
         if rest.is_empty() {
             return response(
                 StatusCode::OK,
@@ -742,15 +730,9 @@ impl<S: Source> Handler<S> {
         }
         let raw_len = list.raw_len() + rest_len;
         let head = list.into_head(raw_len);
-        let body = body::ListBody::new(
-            head,
-            rest,
-            proto::ENVELOPE_TAIL,
-            ctx.clone(),
-            proto::pod_item,
-        )
-        .warming(PodItem::warm)
-        .without_separator();
+        let body = body::ListBody::new(head, rest, proto::ENVELOPE_TAIL, ctx.clone(), write)
+            .warming(PodItem::warm)
+            .without_separator();
         response(StatusCode::OK, accept::PROTOBUF, body.into_body())
     }
 

@@ -306,7 +306,8 @@ fn a_whole_list_is_its_envelope_around_its_items_whatever_their_length() {
 /// are selected: the first [`super::body::BUFFERED_ITEMS`] straight into the answer, the rest
 /// collected, measured and streamed after them. Short and long, cluster-wide and namespaced,
 /// with label and field selectors, each decodes to the JSON answer, its length prefix
-/// exact, and each pod is counted once in the freshness histogram.
+/// exact, and each pod is counted once in the freshness histogram; asked as a
+/// PartialObjectMetadataList, the same pods' metadata, as JSON has it.
 #[test]
 fn live_protobuf_lists_decode_to_the_json_answer() {
     let (live, with_usage) = super::stream::tests::cluster();
@@ -339,6 +340,33 @@ fn live_protobuf_lists_decode_to_the_json_answer() {
             let list = k8s_proto::to_json(&r.body);
             assert_eq!(list["items"].as_array().unwrap().len(), items, "{uri}");
             assert_eq!(counted, items as u64, "{uri}");
+            // The same pods' metadata, written the same way.
+            let partial = get_with(&h, &uri, PARTIAL_LIST);
+            let json = get_with(
+                &h,
+                &uri,
+                &PARTIAL_LIST.replace(PROTOBUF, "application/json"),
+            );
+            assert_eq!(partial.status, 200, "{uri}");
+            assert_eq!(partial.header("content-type"), PROTOBUF, "{uri}");
+            let partial = k8s_proto::to_json(&partial.body);
+            assert_eq!(partial, json.json(), "{uri}");
+            let names = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+                v["items"]
+                    .as_array()
+                    .map(|items| {
+                        items
+                            .iter()
+                            .map(|i| i["metadata"]["name"].clone())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            assert_eq!(names(&partial), names(&list), "{uri}");
         }
     }
 }
+
+/// What a client asks for to get a list's metadata only, in protobuf.
+const PARTIAL_LIST: &str =
+    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";

@@ -158,7 +158,6 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
     ctx: Ctx,
     items: Vec<T>,
     k: ListKind<T>,
-    measured: Option<usize>,
     accept: Option<&str>,
 ) -> Response<Body> {
     let ListKind {
@@ -193,7 +192,7 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
             return response(StatusCode::OK, accept::PROTOBUF, crate::body::full(body));
         }
         // `raw`'s length goes first, so every item is measured before the first is written.
-        let raw_len = measured.unwrap_or_else(|| proto::list_len(&ctx, &items, writer));
+        let raw_len = proto::list_len(&ctx, &items, writer);
         let head = proto::list_head(api_version, kind, raw_len);
         let body = ListBody::new(head, items, proto::ENVELOPE_TAIL, ctx, write).warming(warm);
         return response(
@@ -258,7 +257,6 @@ pub(super) fn nodes_list(
             proto_partial: (proto::NODE_PARTIAL, proto::node_partial_item),
             warm: |_| {},
         },
-        None,
         accept,
     )
 }
@@ -268,7 +266,6 @@ pub(super) fn pods_list(
     target: Target,
     mut ctx: Ctx,
     items: Vec<PodItem>,
-    measured: Option<usize>,
     accept: Option<&str>,
 ) -> Response<Body> {
     if let Some(first) = items.first() {
@@ -289,7 +286,6 @@ pub(super) fn pods_list(
             proto_partial: (proto::POD_PARTIAL, proto::pod_partial_item),
             warm: PodItem::warm,
         },
-        measured,
         accept,
     )
 }
