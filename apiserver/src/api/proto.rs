@@ -689,18 +689,14 @@ pub fn node_item(out: &mut Vec<u8>, ctx: &Ctx, item: &NodeItem) {
 pub fn pod_item(out: &mut Vec<u8>, ctx: &Ctx, item: &PodItem) {
     write_list_item(out, ctx, item, POD);
 }
-/// Writes a list item of a pod from the record and usage it was selected with (no item that
-/// owns them).
-pub type WriteSelected = fn(&mut Vec<u8>, &Ctx, &PodRecord, &PodUsage);
-
-/// A PodMetricsList item of a pod's record and usage.
+/// A PodMetricsList item of a pod's record and usage (no item that owns them).
 pub fn pod_list_item(out: &mut Vec<u8>, ctx: &Ctx, record: &PodRecord, usage: &PodUsage) {
     let at = open(out, 2, 2);
     write_pod_of(out, ctx, record, usage);
     close(out, at, 2);
 }
 /// A PartialObjectMetadataList item of a pod's record.
-pub fn pod_partial_list_item(out: &mut Vec<u8>, ctx: &Ctx, record: &PodRecord, _: &PodUsage) {
+pub fn pod_partial_list_item(out: &mut Vec<u8>, ctx: &Ctx, record: &PodRecord) {
     let at = open(out, 2, 2);
     Meta::of_pod(record).write(out, ctx, 1);
     close(out, at, 2);
