@@ -19,12 +19,17 @@
 //! (see `benches::scale::hpa::Arrivals`). `--hpa-server-share` also times each of those
 //! exchanges from the kernel's view, from the request in to the answer out, without the load
 //! client's own delays (`perf record -e tcp:tcp_probe`; root; see `benches::scale::tcpprobe`).
+//! `--protocol h2` asks for the lists and the HPA-shaped requests over h2, as kube-apiserver's
+//! aggregator does (Go's transport windows and frame size), the HPA-shaped clients' streams
+//! multiplexed over `--hpa-h2-connections` connections (default 1, as the aggregator pools one
+//! connection per backend).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use benches::scale::client::Protocol;
 use benches::scale::cluster::{KubeletSched, Shape};
 use benches::scale::hpa::Arrivals;
 use benches::scale::kubelets;
@@ -36,7 +41,7 @@ const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--cont
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
 [--setup-timeout 900s] [--kubelet-processes K] [--kubelet-sched normal|idle] [--server-bin PATH] [--server-arg FLAG]... \
 [--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s] [--hpa-arrivals ticks|even] \
-[--hpa-server-share]";
+[--hpa-server-share] [--protocol http1|h2] [--hpa-h2-connections 1]";
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     let server_bin = std::env::current_exe()
@@ -65,6 +70,8 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         hpa_duration: Duration::from_secs(10),
         hpa_arrivals: Arrivals::Ticks,
         hpa_server_share: false,
+        protocol: Protocol::Http1,
+        hpa_h2_connections: 1,
     };
     parse_flags(args, USAGE, |flag, value| {
         match flag {
@@ -97,6 +104,8 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--hpa-duration" => o.hpa_duration = duration(&value()?)?,
             "--hpa-arrivals" => o.hpa_arrivals = parse_choice("--hpa-arrivals", &value()?)?,
             "--hpa-server-share" => o.hpa_server_share = true,
+            "--protocol" => o.protocol = parse_choice("--protocol", &value()?)?,
+            "--hpa-h2-connections" => o.hpa_h2_connections = value()?.parse()?,
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
         Ok(())
@@ -107,6 +116,11 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     if o.shape.kubelet_sched != KubeletSched::Normal && o.shape.kubelet_processes == 0 {
         bail!(
             "--kubelet-sched idle needs --kubelet-processes (in-process kubelets share the harness's threads)"
+        );
+    }
+    if o.hpa_server_share && o.protocol == Protocol::H2 {
+        bail!(
+            "--hpa-server-share pairs one request and one answer per connection at a time: HTTP/1.1 only"
         );
     }
     if o.duration > Duration::from_secs(3600) || o.resolution < Duration::from_secs(1) {

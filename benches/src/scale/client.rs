@@ -1,5 +1,5 @@
-//! An HTTPS client for the server under test that authenticates the way kube-aggregator
-//! does: a front-proxy client certificate (CN `front-proxy-client`, issued by the control
+//! An HTTPS client for the server under test, over HTTP/1.1 or over h2 as kube-aggregator
+//! speaks to a backend ([`Protocol`]), that authenticates the way kube-aggregator does: a front-proxy client certificate (CN `front-proxy-client`, issued by the control
 //! plane's front-proxy CA) plus `X-Remote-User` / `X-Remote-Group`. The server then asks the
 //! control plane for a SubjectAccessReview (cached), as in a real cluster.
 
@@ -12,8 +12,8 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt as _, Empty};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::task::JoinHandle;
 
 /// The user and group the requests are made as (`system:masters` is allowed everything by
@@ -22,11 +22,52 @@ pub const USER: &str = "scale-harness";
 /// The group of [`USER`].
 pub const GROUP: &str = "system:masters";
 
-/// One kept-alive HTTP/1.1 connection over TLS, reconnected when it breaks.
+/// What the client speaks (`--protocol`, named as [`super::parse_choice`] reads it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    /// HTTP/1.1: one request at a time per connection, as kubectl through a proxy or a
+    /// client that turned h2 off asks.
+    #[default]
+    Http1,
+    /// h2, as kube-apiserver's aggregator speaks to an APIService's backend: pooled
+    /// connections that multiplex every request, with Go's `http2.Transport` windows (4 MiB
+    /// per stream, 1 GiB per connection) and its 1 MiB `SETTINGS_MAX_FRAME_SIZE`.
+    H2,
+}
+
+/// Go's `http2.Transport`: `transportDefaultStreamFlow`.
+const GO_STREAM_WINDOW: u32 = 4 << 20;
+/// Go's `http2.Transport`: `transportDefaultConnFlow`.
+const GO_CONN_WINDOW: u32 = 1 << 30;
+/// Go's `http2.Transport`: `defaultMaxReadFrameSize`, advertised in its first SETTINGS.
+const GO_MAX_READ_FRAME: u32 = 1 << 20;
+
+/// A connection's request side.
+enum Sender {
+    Http1(http1::SendRequest<Empty<Bytes>>),
+    H2(http2::SendRequest<Empty<Bytes>>),
+}
+
+impl Sender {
+    async fn send(
+        &mut self,
+        req: Request<Empty<Bytes>>,
+    ) -> hyper::Result<http::Response<hyper::body::Incoming>> {
+        match self {
+            Sender::Http1(sender) => sender.send_request(req).await,
+            Sender::H2(sender) => sender.send_request(req).await,
+        }
+    }
+}
+
+/// One kept-alive connection over TLS, reconnected when it breaks: HTTP/1.1 or h2
+/// ([`Protocol`]); an h2 one can be shared by several clients ([`Client::share`]).
 pub struct Client {
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
-    conn: Option<(SendRequest<Empty<Bytes>>, JoinHandle<()>)>,
+    protocol: Protocol,
+    /// The request side, and the task driving the connection when this client made it.
+    conn: Option<(Sender, Option<JoinHandle<()>>)>,
 }
 
 /// A response, drained.
@@ -50,19 +91,49 @@ pub struct Fetched {
 }
 
 impl Client {
-    /// A client for the server at `addr` (its serving certificate is self-signed and not
-    /// verified, as `insecureSkipTLSVerify` APIServices do) with this front-proxy identity.
+    /// An HTTP/1.1 client for the server at `addr` (its serving certificate is self-signed
+    /// and not verified, as `insecureSkipTLSVerify` APIServices do) with this front-proxy
+    /// identity.
     pub fn new(addr: SocketAddr, front_proxy: &tls::Identity) -> anyhow::Result<Client> {
+        Client::speaking(addr, front_proxy, Protocol::Http1)
+    }
+
+    /// [`Client::new`] speaking `protocol` (offered alone in ALPN).
+    pub fn speaking(
+        addr: SocketAddr,
+        front_proxy: &tls::Identity,
+        protocol: Protocol,
+    ) -> anyhow::Result<Client> {
         let mut config = tls::client::config(&tls::client::Verify::Insecure, Some(front_proxy))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![match protocol {
+            Protocol::Http1 => b"http/1.1".to_vec(),
+            Protocol::H2 => b"h2".to_vec(),
+        }];
         Ok(Client {
             addr,
             config: Arc::new(config),
+            protocol,
             conn: None,
         })
     }
 
-    async fn connect(&self) -> anyhow::Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>)> {
+    /// An h2 client whose requests are other streams of this one's connection (made now if
+    /// there is none), as the aggregator multiplexes every request to a backend over one.
+    /// HTTP/1.1 has no such sharing.
+    pub async fn share(&mut self) -> anyhow::Result<Client> {
+        let Sender::H2(sender) = self.ready().await? else {
+            anyhow::bail!("only an h2 connection is shared");
+        };
+        let sender = Sender::H2(sender.clone());
+        Ok(Client {
+            addr: self.addr,
+            config: self.config.clone(),
+            protocol: self.protocol,
+            conn: Some((sender, None)),
+        })
+    }
+
+    async fn connect(&self) -> anyhow::Result<(Sender, Option<JoinHandle<()>>)> {
         let tcp = tokio::net::TcpStream::connect(self.addr)
             .await
             .with_context(|| format!("connecting to {}", self.addr))?;
@@ -72,11 +143,59 @@ impl Client {
             .connect(name, tcp)
             .await
             .context("TLS handshake with the server")?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-        let driver = tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok((sender, driver))
+        let io = TokioIo::new(tls);
+        let (sender, driver) = match self.protocol {
+            Protocol::Http1 => {
+                let (sender, conn) = http1::handshake(io).await?;
+                let driver = tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                (Sender::Http1(sender), driver)
+            }
+            Protocol::H2 => {
+                let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+                    .initial_stream_window_size(GO_STREAM_WINDOW)
+                    .initial_connection_window_size(GO_CONN_WINDOW)
+                    .max_frame_size(GO_MAX_READ_FRAME)
+                    .handshake(io)
+                    .await?;
+                let driver = tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                (Sender::H2(sender), driver)
+            }
+        };
+        Ok((sender, Some(driver)))
+    }
+
+    /// The connection's request side, ready for a request; reconnects when it broke.
+    async fn ready(&mut self) -> anyhow::Result<&mut Sender> {
+        let ready = match &mut self.conn {
+            Some((Sender::Http1(sender), _)) => sender.ready().await.is_ok(),
+            Some((Sender::H2(sender), _)) => sender.ready().await.is_ok(),
+            None => false,
+        };
+        if !ready {
+            if let Some((_, Some(driver))) = self.conn.take() {
+                driver.abort();
+            }
+            self.conn = Some(self.connect().await?);
+        }
+        match &mut self.conn {
+            Some((sender, _)) => Ok(sender),
+            None => anyhow::bail!("no connection"),
+        }
+    }
+
+    /// A GET of `path` as the aggregator sends it: HTTP/1.1 with a `Host`, h2 with an
+    /// absolute URI (its scheme and authority become pseudo-headers); the front proxy's user.
+    fn request(&self, path: &str) -> http::request::Builder {
+        let req = match self.protocol {
+            Protocol::Http1 => Request::get(path).header("host", "127.0.0.1"),
+            Protocol::H2 => Request::get(format!("https://127.0.0.1{path}")),
+        };
+        req.header("x-remote-user", USER)
+            .header("x-remote-group", GROUP)
     }
 
     /// GETs `path` and drains the body, counting `marker` (across frame boundaries).
@@ -105,30 +224,14 @@ impl Client {
         marker: &[u8],
         gzip: bool,
     ) -> anyhow::Result<Fetched> {
-        let ready = match &mut self.conn {
-            Some((sender, _)) => sender.ready().await.is_ok(),
-            None => false,
-        };
-        if !ready {
-            if let Some((_, driver)) = self.conn.take() {
-                driver.abort();
-            }
-            self.conn = Some(self.connect().await?);
-        }
-        let Some((sender, _)) = &mut self.conn else {
-            anyhow::bail!("no connection");
-        };
-        let mut req = Request::get(path)
-            .header("host", "127.0.0.1")
-            .header("accept", accept)
-            .header("x-remote-user", USER)
-            .header("x-remote-group", GROUP);
+        let mut req = self.request(path).header("accept", accept);
         if gzip {
             req = req.header("accept-encoding", "gzip");
         }
         let req = req.body(Empty::new())?;
+        let sender = self.ready().await?;
         let start = Instant::now();
-        let resp = sender.send_request(req).await;
+        let resp = sender.send(req).await;
         let resp = match resp {
             Ok(r) => r,
             Err(e) => {
@@ -199,17 +302,14 @@ impl Client {
 
     /// GETs `path` and returns the body as text.
     pub async fn text(&mut self, path: &str) -> anyhow::Result<(StatusCode, String)> {
-        let (sender, driver) = self.connect().await?;
-        let mut sender = sender;
-        let req = Request::get(path)
-            .header("host", "127.0.0.1")
-            .header("x-remote-user", USER)
-            .header("x-remote-group", GROUP)
-            .body(Empty::new())?;
-        let resp = sender.send_request(req).await?;
+        let (mut sender, driver) = self.connect().await?;
+        let req = self.request(path).body(Empty::new())?;
+        let resp = sender.send(req).await?;
         let status = resp.status();
         let body = resp.into_body().collect().await?.to_bytes();
-        driver.abort();
+        if let Some(driver) = driver {
+            driver.abort();
+        }
         Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
 }

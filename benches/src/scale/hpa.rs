@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::client::Client;
+use super::client::{Client, Protocol};
 use super::cluster::{hpa_path, hpa_targets};
 
 /// What the kube-controller-manager's HPA asks for.
@@ -34,7 +34,7 @@ pub const HPA_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";
 pub struct RateRun {
     /// Requests per second asked for.
     pub rate: u32,
-    /// Connections.
+    /// Clients, each with one request in flight at a time.
     pub connections: usize,
     /// Answered 200.
     pub ok: u64,
@@ -182,25 +182,58 @@ fn pace(schedule: Schedule, queues: &[mpsc::UnboundedSender<(u64, Instant)>]) {
     }
 }
 
-/// Drives `rate` requests per second over `connections` connections for `duration`, the
+/// How the HPA-shaped requests reach the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Transport {
+    /// Clients, each with one request in flight at a time.
+    pub clients: usize,
+    /// HTTP/1.1 (a connection per client) or h2.
+    pub protocol: Protocol,
+    /// For h2, the connections the clients' streams are multiplexed over (the aggregator
+    /// keeps one per backend).
+    pub h2_connections: usize,
+}
+
+impl Transport {
+    /// The connections this makes.
+    pub fn connections(&self) -> usize {
+        match self.protocol {
+            Protocol::Http1 => self.clients,
+            Protocol::H2 => self.h2_connections.clamp(1, self.clients.max(1)),
+        }
+    }
+}
+
+/// Drives `rate` requests per second from `transport`'s clients for `duration`, the
 /// arrivals kept as `arrivals` says.
 pub async fn run_rate(
     addr: SocketAddr,
     front_proxy: &tls::Identity,
     nodes: usize,
     rate: u32,
-    connections: usize,
+    transport: Transport,
     duration: Duration,
     arrivals: Arrivals,
 ) -> anyhow::Result<RateRun> {
+    let connections = transport.clients;
     let targets = hpa_targets(nodes);
     let start = Instant::now() + Duration::from_millis(200);
     let end = start + duration;
     let schedule = Schedule { start, end, rate };
     let mut tasks = JoinSet::new();
     let mut queues = Vec::new();
+    let mut shared = match transport.protocol {
+        Protocol::Http1 => Vec::new(),
+        Protocol::H2 => (0..transport.connections())
+            .map(|_| Client::speaking(addr, front_proxy, Protocol::H2))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    };
     for c in 0..connections {
-        let mut client = Client::new(addr, front_proxy)?;
+        let shared_count = shared.len();
+        let mut client = match shared.get_mut(c % shared_count.max(1)) {
+            Some(connection) => connection.share().await?,
+            None => Client::new(addr, front_proxy)?,
+        };
         let mut due = match arrivals {
             Arrivals::Ticks => Due::Ticks {
                 schedule,

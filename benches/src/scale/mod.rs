@@ -54,8 +54,12 @@ pub struct Options {
     pub server_args: Vec<String>,
     /// HPA-shaped request rates to drive after the lists ([`hpa`]), one phase each.
     pub hpa_rates: Vec<u32>,
-    /// Connections the HPA-shaped requests are spread over.
+    /// Clients the HPA-shaped requests are spread over, each with one request in flight.
     pub hpa_connections: usize,
+    /// HTTP/1.1 or h2, for the lists and the HPA-shaped requests.
+    pub protocol: client::Protocol,
+    /// With h2, the connections the HPA-shaped clients' streams share.
+    pub hpa_h2_connections: usize,
     /// How long each HPA-shaped phase runs.
     pub hpa_duration: Duration,
     /// How the HPA-shaped requests' due times are kept.
@@ -313,7 +317,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         options.server_bin.display(),
         server.args.join(" ")
     );
-    let mut client = Client::new(server.addr, &front_proxy.identity)?;
+    let mut client = Client::speaking(server.addr, &front_proxy.identity, options.protocol)?;
 
     // Set-up ends when every node has usage (two scrapes each).
     let nodes_path = "/apis/metrics.k8s.io/v1/nodes";
@@ -470,7 +474,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         };
         let items = fetched.first().map_or(0, |f| f.marker_count);
         println!(
-            "    GET {path} ({encoding}): {items} items, {bytes} bytes ({decoded} decoded); median {:.0} ms (min {:.0}, max {:.0}, first byte median {:.1} ms) over {} lists; server CPU {:.0} ms per list ({:.0} ms less the scrapes meanwhile); client CPU {:.0} ms per list",
+            "    GET {path} ({encoding}, {}): {items} items, {bytes} bytes ({decoded} decoded); median {:.0} ms (min {:.0}, max {:.0}, first byte median {:.1} ms) over {} lists; server CPU {:.0} ms per list ({:.0} ms less the scrapes meanwhile); client CPU {:.0} ms per list",
+            choice_name(&options.protocol),
             ms(med),
             ms(min),
             ms(max),
@@ -483,7 +488,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         lists.insert(
             name.to_owned(),
             json!({
-                "path": path, "encoding": encoding, "items": items, "bytes": bytes,
+                "path": path, "encoding": encoding, "protocol": choice_name(&options.protocol), "items": items, "bytes": bytes,
                 "decoded_bytes": decoded, "median_ms": ms(med),
                 "min_ms": ms(min), "max_ms": ms(max), "server_cpu_ms_per_list": cpu * 1000.0,
                 "server_cpu_ms_per_list_net": cpu_net * 1000.0, "client_cpu_ms_per_list": client_cpu * 1000.0,
@@ -501,12 +506,17 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 .hpa_server_share
                 .then(|| tcpprobe::record(dir, options.hpa_duration))
                 .transpose()?;
+            let transport = hpa::Transport {
+                clients: options.hpa_connections,
+                protocol: options.protocol,
+                h2_connections: options.hpa_h2_connections,
+            };
             let r = hpa::run_rate(
                 server.addr,
                 &front_proxy.identity,
                 n,
                 rate,
-                options.hpa_connections,
+                transport,
                 options.hpa_duration,
                 options.hpa_arrivals,
             )
@@ -515,9 +525,11 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             let busy = procfs::busy_share(machine_before, procfs::machine_ticks()?);
             let cpu_us = cpu * 1e6 / r.ok.max(1) as f64;
             println!(
-                "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s over {} connections, {} arrivals: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms (from the send: p50 {:.2}, p99 {:.2}, p99.9 {:.2} ms); server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
+                "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s from {} clients over {} {} connections, {} arrivals: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms (from the send: p50 {:.2}, p99 {:.2}, p99.9 {:.2} ms); server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
                 r.bytes,
                 r.connections,
+                transport.connections(),
+                choice_name(&options.protocol),
                 choice_name(&options.hpa_arrivals),
                 r.ok,
                 r.achieved_per_s,
@@ -547,7 +559,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 bail!("{} HPA-shaped requests failed at {rate}/s", r.failed);
             }
             hpa_runs.push(json!({
-                "rate": rate, "connections": r.connections, "arrivals": choice_name(&options.hpa_arrivals), "pods": per_target, "bytes": r.bytes,
+                "rate": rate, "connections": r.connections, "protocol": choice_name(&options.protocol),
+                "transport_connections": transport.connections(), "arrivals": choice_name(&options.hpa_arrivals), "pods": per_target, "bytes": r.bytes,
                 "ok": r.ok, "unsent": r.unsent, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
                 "from_send_ms": {"p50": r.from_send_ms[0], "p99": r.from_send_ms[1], "p999": r.from_send_ms[2]},
