@@ -58,6 +58,9 @@ pub struct RateRun {
     pub from_send_ms: [f64; 3],
     /// Protobuf bytes of one answer (the last one).
     pub bytes: usize,
+    /// Lists answered beside the requests ([`Transport::list_beside`]), and their median
+    /// time in ms.
+    pub lists_beside: (usize, f64),
 }
 
 /// The `q` quantile of `sorted`, in ms.
@@ -192,6 +195,10 @@ pub struct Transport {
     /// For h2, the connections the clients' streams are multiplexed over (the aggregator
     /// keeps one per backend).
     pub h2_connections: usize,
+    /// A cluster-wide protobuf list (this path) asked again and again while the phase runs,
+    /// as `kubectl top pods -A` beside the HPA: over h2 another stream of the first
+    /// connection (the aggregator multiplexes both), over HTTP/1.1 a connection of its own.
+    pub list_beside: Option<&'static str>,
 }
 
 impl Transport {
@@ -277,6 +284,28 @@ pub async fn run_rate(
             (latencies, from_sent, failed, unsent, bytes)
         });
     }
+    let beside = match transport.list_beside {
+        Some(path) => {
+            let mut client = match shared.first_mut() {
+                Some(connection) => connection.share().await?,
+                None => Client::new(addr, front_proxy)?,
+            };
+            Some(tokio::spawn(async move {
+                let _ = client.get("/apis/metrics.k8s.io/v1beta1", b"").await;
+                let mut times = Vec::new();
+                tokio::time::sleep_until(start).await;
+                while Instant::now() < end {
+                    let f = client.get_accepting(path, HPA_ACCEPT, b"", false).await?;
+                    if !f.status.is_success() {
+                        bail!("GET {path} beside the HPA-shaped requests: {}", f.status);
+                    }
+                    times.push(f.total);
+                }
+                anyhow::Ok(times)
+            }))
+        }
+        None => None,
+    };
     let pacer = match arrivals {
         Arrivals::Ticks => None,
         Arrivals::Even => Some(
@@ -299,6 +328,15 @@ pub async fn run_rate(
     if pacer.is_some_and(|pacer| pacer.join().is_err()) {
         bail!("the pacer thread panicked");
     }
+    let lists_beside = match beside {
+        Some(task) => {
+            let mut times = task.await??;
+            times.sort();
+            let median = times.get(times.len() / 2).copied().unwrap_or_default();
+            (times.len(), median.as_secs_f64() * 1000.0)
+        }
+        None => (0, 0.0),
+    };
     let took = start.elapsed().max(duration);
     all.sort();
     all_sent.sort();
@@ -315,6 +353,7 @@ pub async fn run_rate(
         max_ms: all.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
         from_send_ms: [0.50, 0.99, 0.999].map(|q| percentile(&all_sent, q)),
         bytes,
+        lists_beside,
     })
 }
 
