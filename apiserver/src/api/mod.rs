@@ -147,6 +147,30 @@ pub trait Source: Send + Sync + 'static {
     /// Loads what [`Source::record_usage`] will read for `record` and discards it; a list
     /// calls it for a batch of records ahead, so their cache misses overlap.
     fn warm(&self, _record: &PodRecord) {}
+    /// How many pods there are (all namespaces): what tells a list that will take a while.
+    fn pod_count(&self) -> usize {
+        self.pods(None).len()
+    }
+}
+
+/// Pods from which a cluster-wide list that selects every pod before its first byte
+/// (protobuf, Tables, the collected forms) runs off the serving worker it came in on
+/// ([`off_worker`]): at 10,000 pods the selection takes a few ms, at 150,000 tens of ms.
+pub const OFF_WORKER_PODS: usize = 10_000;
+
+/// Runs `work`, a list's selection that may take tens of ms without a yield, without holding
+/// up the other tasks of the Tokio worker it runs on: on a multi-threaded runtime the worker
+/// first hands its queue to another thread (`block_in_place`), so the HPA's short requests on
+/// the connections it serves are taken by that thread meanwhile instead of waiting for the
+/// list (BENCHMARKS.md, "h2, as kube-apiserver's aggregator asks"); elsewhere it runs in line.
+fn off_worker<R>(work: impl FnOnce() -> R) -> R {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
 }
 
 /// [`Source::visit_pods_after`] over `pods` sorted by namespace then name: binary searches
@@ -254,6 +278,9 @@ impl Source for Live {
     }
     fn warm(&self, record: &PodRecord) {
         record.usage.warm();
+    }
+    fn pod_count(&self) -> usize {
+        self.inventory.pod_count()
     }
 }
 
@@ -474,6 +501,9 @@ impl<S: Source> Handler<S> {
                     Ok(q) => q,
                     Err(status) => return status.into_response_for(accept),
                 };
+                let long = |ns: Option<&str>| {
+                    list.namespace(ns).is_none() && self.source.pod_count() >= OFF_WORKER_PODS
+                };
                 match r {
                     Resource::Pods(ns)
                         if format == Format::Json
@@ -503,10 +533,14 @@ impl<S: Source> Handler<S> {
                                 Target::Object | Target::DiscoveryV2 | Target::PartialList(_)
                             ) =>
                     {
-                        self.protobuf_pods(ns.as_deref(), &list, target, &ctx, now_ns)
+                        let ns = ns.as_deref();
+                        let pods = || self.protobuf_pods(ns, &list, target, &ctx, now_ns);
+                        if long(ns) { off_worker(pods) } else { pods() }
                     }
                     Resource::Pods(ns) => {
-                        let items = self.list_pods(ns.as_deref(), &list, now_ns);
+                        let ns = ns.as_deref();
+                        let pods = || self.list_pods(ns, &list, now_ns);
+                        let items = if long(ns) { off_worker(pods) } else { pods() };
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
                             _ => pods_list(format, target, ctx, items, accept),

@@ -1165,3 +1165,97 @@ fn sorted_pods_walk_in_steps_as_one_visit() {
         }
     }
 }
+
+/// A source whose cluster-wide pod visit stalls until the test releases it: a list that
+/// takes as long as the test wants, in the middle of its selection.
+struct Stalling {
+    inner: Fake,
+    entered: std::sync::mpsc::Sender<()>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Source for Stalling {
+    fn nodes(&self) -> Vec<Arc<NodeRecord>> {
+        self.inner.nodes()
+    }
+    fn node(&self, name: &str) -> Option<Arc<NodeRecord>> {
+        self.inner.node(name)
+    }
+    fn pods(&self, namespace: Option<&str>) -> Vec<Arc<PodRecord>> {
+        self.inner.pods(namespace)
+    }
+    fn visit_pods(
+        &self,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        visit: &mut dyn FnMut(&[&Arc<PodRecord>]),
+    ) {
+        if namespace.is_none() {
+            self.entered.send(()).unwrap();
+            self.release.lock().unwrap().recv().unwrap();
+        }
+        scraper::inventory::in_batches(&self.inner.pods_matching(namespace, labels), visit);
+    }
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
+        self.inner.pod(namespace, name)
+    }
+    fn node_usage(&self, name: &str, now_ns: i64) -> Option<Usage> {
+        self.inner.node_usage(name, now_ns)
+    }
+    fn pod_usage(&self, namespace: &str, name: &str, now_ns: i64) -> Option<Arc<PodUsage>> {
+        self.inner.pod_usage(namespace, name, now_ns)
+    }
+    fn pod_count(&self) -> usize {
+        OFF_WORKER_PODS
+    }
+}
+
+#[test]
+fn a_long_cluster_wide_list_leaves_its_worker_to_other_requests() {
+    // One worker: a list that held it would hold every other request of the runtime.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let h = Arc::new(Handler::new(
+        Stalling {
+            inner: cluster(),
+            entered: entered_tx,
+            release: std::sync::Mutex::new(release_rx),
+        },
+        LabelSelector::default(),
+        &mut Registry::default(),
+    ));
+    let patience = std::time::Duration::from_secs(30);
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    for (path, accept) in [
+        ("/apis/metrics.k8s.io/v1beta1/pods", accept::PROTOBUF),
+        ("/apis/metrics.k8s.io/v1/pods", table),
+    ] {
+        let list = {
+            let h = Arc::clone(&h);
+            runtime.spawn(async move { get_with(&h, path, accept).status })
+        };
+        entered
+            .recv_timeout(patience)
+            .expect("the cluster-wide list reached its selection");
+        // The list is inside its selection, on the runtime's one worker; a namespaced list
+        // (an HPA's) comes in meanwhile.
+        let (answered_tx, answered) = std::sync::mpsc::channel();
+        let namespaced = Arc::clone(&h);
+        runtime.spawn(async move {
+            let path = "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods";
+            let _ = answered_tx.send(get_with(&namespaced, path, accept::PROTOBUF).status);
+        });
+        let status = answered.recv_timeout(patience);
+        release.send(()).unwrap();
+        assert_eq!(
+            status.expect("a namespaced list answered while a cluster-wide one was selecting"),
+            StatusCode::OK
+        );
+        assert_eq!(runtime.block_on(list).unwrap(), StatusCode::OK, "{path}");
+    }
+}
