@@ -166,6 +166,13 @@ pub trait Frames: Send + Sync + Unpin + 'static {
 /// crosses it.
 pub const FRAME_SLACK_BYTES: usize = 8 * 1024;
 
+/// What writing one frame takes of the Tokio task's cooperative budget (128 per turn): a
+/// long list gives up its worker after four frames (about 1 MiB, a few ms of work) so that
+/// the other requests on that worker, an HPA's among them, are not held for the whole list;
+/// outside a runtime nothing is counted. Units, not bytes or time: what the socket writes in
+/// between take their own.
+pub const BUDGET_PER_FRAME: usize = 32;
+
 /// A [`Frames`] document as a streamed body: frames of about [`CHUNK_BYTES`].
 pub struct Streamed<F> {
     frames: F,
@@ -194,7 +201,7 @@ impl<F: Frames> HttpBody for Streamed<F> {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
         if let Some(first) = this.first.take() {
@@ -202,6 +209,10 @@ impl<F: Frames> HttpBody for Streamed<F> {
         }
         if this.frames.done() {
             return Poll::Ready(None);
+        }
+        // Out of budget: Pending, and Tokio wakes the task again behind the others queued.
+        for _ in 0..BUDGET_PER_FRAME {
+            std::task::ready!(tokio::task::coop::poll_proceed(cx)).made_progress();
         }
         let mut out = Vec::with_capacity(CHUNK_BYTES + FRAME_SLACK_BYTES);
         this.frames.fill(&mut out, CHUNK_BYTES);

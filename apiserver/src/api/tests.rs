@@ -1259,3 +1259,55 @@ fn a_long_cluster_wide_list_leaves_its_worker_to_other_requests() {
         assert_eq!(runtime.block_on(list).unwrap(), StatusCode::OK, "{path}");
     }
 }
+
+#[test]
+fn a_streamed_list_gives_up_its_worker_between_frames() {
+    let mut f = Fake::default();
+    for i in 0..20_000 {
+        f.add_pod(
+            &format!("ns-{:03}", i % 100),
+            &format!("pod-{i:05}"),
+            &[("app", "web")],
+            Some(&[("app", 4_710_169, 12_533_760)]),
+        );
+    }
+    let h = handler_with(f, "").0;
+    // One worker: while a task drains the list without awaiting anything else, only the
+    // body's own yields let another task run.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for accept in ["application/json", accept::PROTOBUF] {
+        other_ran.store(false, std::sync::atomic::Ordering::SeqCst);
+        let req = Request::get("/apis/metrics.k8s.io/v1/pods").header("accept", accept);
+        let (parts, ()) = req.body(()).unwrap().into_parts();
+        let body = h.handle(&parts, NOW).unwrap().into_body();
+        let seen = Arc::clone(&other_ran);
+        let drain = runtime.spawn(async move {
+            use http_body_util::BodyExt as _;
+            let (mut body, mut frames, mut first_seen) = (body, 0usize, None);
+            while let Some(frame) = body.frame().await {
+                frame.unwrap();
+                frames += 1;
+                if first_seen.is_none() && seen.load(std::sync::atomic::Ordering::SeqCst) {
+                    first_seen = Some(frames);
+                }
+            }
+            (frames, first_seen)
+        });
+        let other = Arc::clone(&other_ran);
+        runtime.spawn(async move { other.store(true, std::sync::atomic::Ordering::SeqCst) });
+        let (frames, first_seen) = runtime.block_on(drain).unwrap();
+        assert!(frames > 8, "{accept}: {frames} frames");
+        let at = first_seen.unwrap_or_else(|| {
+            panic!("{accept}: the other task ran only after all {frames} frames")
+        });
+        assert!(
+            at <= 8,
+            "{accept}: the other task ran only after frame {at} of {frames}"
+        );
+    }
+}

@@ -22,7 +22,7 @@
 //! `--protocol h2` asks for the lists and the HPA-shaped requests over h2, as kube-apiserver's
 //! aggregator does (Go's transport windows and frame size), the HPA-shaped clients' streams
 //! multiplexed over `--hpa-h2-connections` connections (default 1, as the aggregator pools one
-//! connection per backend). `--hpa-list-beside` asks for the cluster-wide protobuf pod list
+//! connection per backend). `--hpa-list-beside protobuf|json` asks for the cluster-wide pod list
 //! over and over during each HPA-shaped phase (over h2 on the same connection), as
 //! `kubectl top pods -A` beside the HPA controller.
 
@@ -43,7 +43,7 @@ const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--cont
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
 [--setup-timeout 900s] [--kubelet-processes K] [--kubelet-sched normal|idle] [--server-bin PATH] [--server-arg FLAG]... \
 [--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s] [--hpa-arrivals ticks|even] \
-[--hpa-server-share] [--protocol http1|h2] [--hpa-h2-connections 1] [--hpa-list-beside]";
+[--hpa-server-share] [--protocol http1|h2] [--hpa-h2-connections 1] [--hpa-list-beside protobuf|json]";
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     let server_bin = std::env::current_exe()
@@ -74,7 +74,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         hpa_server_share: false,
         protocol: Protocol::Http1,
         hpa_h2_connections: 1,
-        hpa_list_beside: false,
+        hpa_list_beside: None,
     };
     parse_flags(args, USAGE, |flag, value| {
         match flag {
@@ -109,7 +109,9 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--hpa-server-share" => o.hpa_server_share = true,
             "--protocol" => o.protocol = parse_choice("--protocol", &value()?)?,
             "--hpa-h2-connections" => o.hpa_h2_connections = value()?.parse()?,
-            "--hpa-list-beside" => o.hpa_list_beside = true,
+            "--hpa-list-beside" => {
+                o.hpa_list_beside = Some(parse_choice("--hpa-list-beside", &value()?)?)
+            }
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
         Ok(())
@@ -122,7 +124,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--kubelet-sched idle needs --kubelet-processes (in-process kubelets share the harness's threads)"
         );
     }
-    if o.hpa_server_share && o.hpa_list_beside {
+    if o.hpa_server_share && o.hpa_list_beside.is_some() {
         bail!(
             "--hpa-server-share times the HPA-shaped exchanges alone: not with --hpa-list-beside"
         );

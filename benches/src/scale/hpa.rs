@@ -185,6 +185,27 @@ fn pace(schedule: Schedule, queues: &[mpsc::UnboundedSender<(u64, Instant)>]) {
     }
 }
 
+/// The format of the list asked beside the HPA-shaped requests (`--hpa-list-beside`, named
+/// as [`super::parse_choice`] reads it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    /// kubectl's default (`application/vnd.kubernetes.protobuf, */*`): every pod selected
+    /// before the first byte.
+    #[default]
+    Protobuf,
+    /// `application/json`, streamed as the pods are read.
+    Json,
+}
+
+impl ListFormat {
+    fn accept(self) -> &'static str {
+        match self {
+            ListFormat::Protobuf => HPA_ACCEPT,
+            ListFormat::Json => "application/json",
+        }
+    }
+}
+
 /// How the HPA-shaped requests reach the server.
 #[derive(Clone, Copy, Debug)]
 pub struct Transport {
@@ -195,10 +216,11 @@ pub struct Transport {
     /// For h2, the connections the clients' streams are multiplexed over (the aggregator
     /// keeps one per backend).
     pub h2_connections: usize,
-    /// A cluster-wide protobuf list (this path) asked again and again while the phase runs,
-    /// as `kubectl top pods -A` beside the HPA: over h2 another stream of the first
-    /// connection (the aggregator multiplexes both), over HTTP/1.1 a connection of its own.
-    pub list_beside: Option<&'static str>,
+    /// A cluster-wide list (this path, in this format) asked again and again while the
+    /// phase runs, as `kubectl top pods -A` beside the HPA: over h2 another stream of the
+    /// first connection (the aggregator multiplexes both), over HTTP/1.1 a connection of its
+    /// own.
+    pub list_beside: Option<(&'static str, ListFormat)>,
 }
 
 impl Transport {
@@ -285,7 +307,7 @@ pub async fn run_rate(
         });
     }
     let beside = match transport.list_beside {
-        Some(path) => {
+        Some((path, format)) => {
             let mut client = match shared.first_mut() {
                 Some(connection) => connection.share().await?,
                 None => Client::new(addr, front_proxy)?,
@@ -295,7 +317,9 @@ pub async fn run_rate(
                 let mut times = Vec::new();
                 tokio::time::sleep_until(start).await;
                 while Instant::now() < end {
-                    let f = client.get_accepting(path, HPA_ACCEPT, b"", false).await?;
+                    let f = client
+                        .get_accepting(path, format.accept(), b"", false)
+                        .await?;
                     if !f.status.is_success() {
                         bail!("GET {path} beside the HPA-shaped requests: {}", f.status);
                     }

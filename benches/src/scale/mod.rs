@@ -60,8 +60,9 @@ pub struct Options {
     pub protocol: client::Protocol,
     /// With h2, the connections the HPA-shaped clients' streams share.
     pub hpa_h2_connections: usize,
-    /// Ask for the cluster-wide protobuf pod list over and over during each HPA-shaped phase.
-    pub hpa_list_beside: bool,
+    /// Ask for the cluster-wide pod list (in this format) over and over during each
+    /// HPA-shaped phase.
+    pub hpa_list_beside: Option<hpa::ListFormat>,
     /// How long each HPA-shaped phase runs.
     pub hpa_duration: Duration,
     /// How the HPA-shaped requests' due times are kept.
@@ -512,7 +513,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 clients: options.hpa_connections,
                 protocol: options.protocol,
                 h2_connections: options.hpa_h2_connections,
-                list_beside: options.hpa_list_beside.then_some(pods_path),
+                list_beside: options.hpa_list_beside.map(|format| (pods_path, format)),
             };
             let r = hpa::run_rate(
                 server.addr,
@@ -547,10 +548,12 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 r.from_send_ms[2],
                 busy * 100.0
             );
-            if options.hpa_list_beside {
+            if let Some(format) = &options.hpa_list_beside {
                 println!(
-                    "      beside them: {} cluster-wide protobuf lists of {pods_total} pods, median {:.0} ms",
-                    r.lists_beside.0, r.lists_beside.1
+                    "      beside them: {} cluster-wide {} lists of {pods_total} pods, median {:.0} ms",
+                    r.lists_beside.0,
+                    choice_name(format),
+                    r.lists_beside.1
                 );
             }
             let mut server_share = serde_json::Value::Null;
@@ -575,7 +578,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 "from_send_ms": {"p50": r.from_send_ms[0], "p99": r.from_send_ms[1], "p999": r.from_send_ms[2]},
                 "server_cpu_us_per_request": cpu_us, "machine_busy_share": busy,
                 "server_share_ms": server_share,
-                "lists_beside": {"count": r.lists_beside.0, "median_ms": r.lists_beside.1},
+                "lists_beside": {"count": r.lists_beside.0, "median_ms": r.lists_beside.1,
+                                 "format": options.hpa_list_beside.as_ref().map(choice_name)},
             }));
         }
     }
