@@ -158,14 +158,16 @@ pub trait Source: Send + Sync + 'static {
 /// ([`off_worker`]): at 10,000 pods the selection takes a few ms, at 150,000 tens of ms.
 pub const OFF_WORKER_PODS: usize = 10_000;
 
-/// Runs `work`, a list's selection that may take tens of ms without a yield, without holding
-/// up the other tasks of the Tokio worker it runs on: on a multi-threaded runtime the worker
-/// first hands its queue to another thread (`block_in_place`), so the HPA's short requests on
-/// the connections it serves are taken by that thread meanwhile instead of waiting for the
-/// list (BENCHMARKS.md, "h2, as kube-apiserver's aggregator asks"); elsewhere it runs in line.
-fn off_worker<R>(work: impl FnOnce() -> R) -> R {
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+/// Runs `work`, a list's selection; when it is `long` (tens of ms without a yield), without
+/// holding up the other tasks of the Tokio worker it runs on: on a multi-threaded runtime the
+/// worker first hands its queue to another thread (`block_in_place`), so the HPA's short
+/// requests on the connections it serves are taken by that thread meanwhile instead of
+/// waiting for the list (BENCHMARKS.md, "h2, as kube-apiserver's aggregator asks"). A short
+/// one, or one outside such a runtime, runs in line.
+fn off_worker<R>(long: bool, work: impl FnOnce() -> R) -> R {
+    let multi_thread = long
+        && tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if multi_thread {
         tokio::task::block_in_place(work)
     } else {
@@ -534,13 +536,13 @@ impl<S: Source> Handler<S> {
                             ) =>
                     {
                         let ns = ns.as_deref();
-                        let pods = || self.protobuf_pods(ns, &list, target, &ctx, now_ns);
-                        if long(ns) { off_worker(pods) } else { pods() }
+                        off_worker(long(ns), || {
+                            self.protobuf_pods(ns, &list, target, &ctx, now_ns)
+                        })
                     }
                     Resource::Pods(ns) => {
                         let ns = ns.as_deref();
-                        let pods = || self.list_pods(ns, &list, now_ns);
-                        let items = if long(ns) { off_worker(pods) } else { pods() };
+                        let items = off_worker(long(ns), || self.list_pods(ns, &list, now_ns));
                         match bad_include {
                             Some(v) if !items.is_empty() => bad(&v),
                             _ => pods_list(format, target, ctx, items, accept),

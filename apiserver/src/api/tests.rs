@@ -1286,18 +1286,27 @@ fn a_streamed_list_gives_up_its_worker_between_frames() {
         let (parts, ()) = req.body(()).unwrap().into_parts();
         let body = h.handle(&parts, NOW).unwrap().into_body();
         let seen = Arc::clone(&other_ran);
+        let (started_tx, started) = std::sync::mpsc::channel();
         let drain = runtime.spawn(async move {
             use http_body_util::BodyExt as _;
             let (mut body, mut frames, mut first_seen) = (body, 0usize, None);
             while let Some(frame) = body.frame().await {
                 frame.unwrap();
                 frames += 1;
+                if frames == 1 {
+                    started_tx.send(()).unwrap();
+                }
                 if first_seen.is_none() && seen.load(std::sync::atomic::Ordering::SeqCst) {
                     first_seen = Some(frames);
                 }
             }
             (frames, first_seen)
         });
+        // The other task comes in once the drain is under way, as an HPA's request does
+        // while a list is being written.
+        started
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the drain started");
         let other = Arc::clone(&other_ran);
         runtime.spawn(async move { other.store(true, std::sync::atomic::Ordering::SeqCst) });
         let (frames, first_seen) = runtime.block_on(drain).unwrap();

@@ -35,7 +35,7 @@ pub struct RateRun {
     /// Requests per second asked for.
     pub rate: u32,
     /// Clients, each with one request in flight at a time.
-    pub connections: usize,
+    pub clients: usize,
     /// Answered 200.
     pub ok: u64,
     /// Anything else, or a failed request.
@@ -366,7 +366,7 @@ pub async fn run_rate(
     all_sent.sort();
     Ok(RateRun {
         rate,
-        connections,
+        clients: connections,
         ok: all.len() as u64,
         failed,
         unsent,

@@ -531,7 +531,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             println!(
                 "    HPA-shaped ({per_target} pods, protobuf {} bytes) at {rate}/s from {} clients over {} {} connections, {} arrivals: {} ok ({:.0}/s), {} failed, {} unsent (behind); p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.1} ms (from the send: p50 {:.2}, p99 {:.2}, p99.9 {:.2} ms); server CPU {cpu_us:.0} us per request; machine busy {:.0} %",
                 r.bytes,
-                r.connections,
+                r.clients,
                 transport.connections(),
                 choice_name(&options.protocol),
                 choice_name(&options.hpa_arrivals),
@@ -550,7 +550,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
             );
             if let Some(format) = &options.hpa_list_beside {
                 println!(
-                    "      beside them: {} cluster-wide {} lists of {pods_total} pods, median {:.0} ms",
+                    "      beside them: {} cluster-wide {} lists of {pods_total} pods, median {:.0} ms (their CPU is in the server CPU per request above)",
                     r.lists_beside.0,
                     choice_name(format),
                     r.lists_beside.1
@@ -571,7 +571,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 bail!("{} HPA-shaped requests failed at {rate}/s", r.failed);
             }
             hpa_runs.push(json!({
-                "rate": rate, "connections": r.connections, "protocol": choice_name(&options.protocol),
+                "rate": rate, "connections": r.clients, "protocol": choice_name(&options.protocol),
                 "transport_connections": transport.connections(), "arrivals": choice_name(&options.hpa_arrivals), "pods": per_target, "bytes": r.bytes,
                 "ok": r.ok, "unsent": r.unsent, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
