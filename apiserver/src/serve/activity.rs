@@ -269,12 +269,14 @@ where
         let deadline = self.handoff.lock().take();
         let closed = self.closed.clone();
         tokio::spawn(async move {
-            let cut = async {
+            // Outside the task's cooperative budget, which the stream's body spends: a due
+            // cut must not wait for the body to run out of frames.
+            let cut = tokio::task::coop::unconstrained(async {
                 match &deadline {
                     Some(deadline) => deadline.cut().await,
                     None => std::future::pending().await,
                 }
-            };
+            });
             tokio::select! {
                 () = stream => {}
                 () = cut => tracing::debug!("h2 response past the request timeout; resetting its stream"),

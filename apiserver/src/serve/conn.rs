@@ -21,6 +21,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::task::coop::unconstrained;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -229,6 +230,10 @@ pub(super) async fn serve(
     // shutdown within the server's drain timeout, when idle within `CLOSE_GRACE`.
     let mut closing = false;
     let mut close_by: Option<Instant> = None;
+    // The watchers' timers are polled outside the task's cooperative budget: a response
+    // being written spends it (`api::body::Streamed`, the socket), and a timer polled after
+    // that would answer Pending even when due, so a cut could wait for the rest of a list
+    // the kernel keeps accepting.
     loop {
         let too_late = async {
             match close_by {
@@ -247,18 +252,18 @@ pub(super) async fn serve(
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
-            () = activity.idle_for(config.idle_timeout), if !closing => {
+            () = unconstrained(activity.idle_for(config.idle_timeout)), if !closing => {
                 tracing::debug!(%remote, "closing an idle connection");
                 conn.as_mut().graceful_shutdown();
                 closing = true;
                 close_by = Some(Instant::now() + CLOSE_GRACE);
             }
-            () = activity.http1_cut(config.request_timeout) => {
+            () = unconstrained(activity.http1_cut(config.request_timeout)) => {
                 tracing::debug!(%remote, "HTTP/1.1 response past the request timeout; resetting the connection");
                 abort.store(true, Ordering::SeqCst);
                 return;
             }
-            () = too_late => {
+            () = unconstrained(too_late) => {
                 tracing::debug!(%remote, in_flight = activity.in_flight(), "connection did not close in time; dropping it");
                 return;
             }

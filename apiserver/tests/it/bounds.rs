@@ -556,8 +556,12 @@ async fn a_request_without_an_answer_by_the_request_timeout_gets_a_504_status() 
 #[tokio::test]
 async fn a_slow_http1_reader_is_cut_at_the_request_timeout_and_its_seat_released() {
     let timeout = Duration::from_secs(1);
-    let stack = Stack::start(config(|c| c.request_timeout = timeout), 20).await;
-    // A reader that takes 4 KiB at a time, one read every 100 ms: ~40 KiB/s of a ~7 MB list.
+    // A ~15 MB list: far more than the server can hand to buffers before its cut (the
+    // kernel's send buffer, up to `net.ipv4.tcp_wmem`'s 4 MiB here, the TLS buffer and
+    // hyper's, ~5.3 MiB together), so the cut, not the end of the list, ends the response
+    // even when a loaded machine fires the cut's timer late. (20,000 pods, ~4.9 MB, fit.)
+    let stack = Stack::start(config(|c| c.request_timeout = timeout), 60).await;
+    // A reader that takes 4 KiB at a time, one read every 100 ms: ~40 KiB/s.
     let stream = connect(stack.addr, b"http/1.1", Some(4096)).await;
     let (mut sender, conn) = h1(stream).await;
     let started = Instant::now();
