@@ -4,6 +4,7 @@
 //! response that outlives its request's deadline is cut.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -226,14 +227,65 @@ pub(super) async fn serve(
     };
     let conn = builder.serve_connection(TokioIo::new(tls), service);
     tokio::pin!(conn);
-    // Once asked to close (idle or shutdown), the connection finishes what is in flight: on
-    // shutdown within the server's drain timeout, when idle within `CLOSE_GRACE`.
+    let watch = Watch {
+        activity: &activity,
+        shutdown: &shutdown,
+        idle_timeout: config.idle_timeout,
+        request_timeout: config.request_timeout,
+        remote,
+    };
+    match drive(conn, |conn| conn.graceful_shutdown(), watch).await {
+        Ended::Finished | Ended::TooLate => {}
+        Ended::Cut => abort.store(true, Ordering::SeqCst),
+    }
+}
+
+/// What bounds a connection while [`drive`] serves it.
+struct Watch<'a> {
+    activity: &'a Activity,
+    shutdown: &'a CancellationToken,
+    idle_timeout: Duration,
+    request_timeout: Duration,
+    remote: SocketAddr,
+}
+
+/// How [`drive`] ended a connection.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// It finished (the client closed it, or it closed after a graceful shutdown).
+    Finished,
+    /// Its HTTP/1.1 response passed its cut: the socket is to be reset, not closed.
+    Cut,
+    /// Asked to close, it did not within its grace.
+    TooLate,
+}
+
+/// Serves `conn` until it ends, closing it gracefully (`close`) on shutdown or when idle:
+/// once asked to close, the connection finishes what is in flight, on shutdown within the
+/// server's drain timeout, when idle within [`CLOSE_GRACE`].
+///
+/// The watchers' timers are polled outside the task's cooperative budget: a response being
+/// written spends it (`api::body::Streamed`, the socket), and a timer polled after that
+/// would answer Pending even when due, so a cut could wait for the rest of a list the kernel
+/// keeps accepting.
+async fn drive<C, E>(
+    mut conn: Pin<&mut C>,
+    mut close: impl FnMut(Pin<&mut C>),
+    watch: Watch<'_>,
+) -> Ended
+where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let Watch {
+        activity,
+        shutdown,
+        idle_timeout,
+        request_timeout,
+        remote,
+    } = watch;
     let mut closing = false;
     let mut close_by: Option<Instant> = None;
-    // The watchers' timers are polled outside the task's cooperative budget: a response
-    // being written spends it (`api::body::Streamed`, the socket), and a timer polled after
-    // that would answer Pending even when due, so a cut could wait for the rest of a list
-    // the kernel keeps accepting.
     loop {
         let too_late = async {
             match close_by {
@@ -246,26 +298,25 @@ pub(super) async fn serve(
                 if let Err(error) = result {
                     tracing::debug!(%remote, %error, "connection ended with an error");
                 }
-                return;
+                return Ended::Finished;
             }
             () = shutdown.cancelled(), if !closing => {
-                conn.as_mut().graceful_shutdown();
+                close(conn.as_mut());
                 closing = true;
             }
-            () = unconstrained(activity.idle_for(config.idle_timeout)), if !closing => {
+            () = unconstrained(activity.idle_for(idle_timeout)), if !closing => {
                 tracing::debug!(%remote, "closing an idle connection");
-                conn.as_mut().graceful_shutdown();
+                close(conn.as_mut());
                 closing = true;
                 close_by = Some(Instant::now() + CLOSE_GRACE);
             }
-            () = unconstrained(activity.http1_cut(config.request_timeout)) => {
+            () = unconstrained(activity.http1_cut(request_timeout)) => {
                 tracing::debug!(%remote, "HTTP/1.1 response past the request timeout; resetting the connection");
-                abort.store(true, Ordering::SeqCst);
-                return;
+                return Ended::Cut;
             }
             () = unconstrained(too_late) => {
                 tracing::debug!(%remote, in_flight = activity.in_flight(), "connection did not close in time; dropping it");
-                return;
+                return Ended::TooLate;
             }
         }
     }
@@ -389,6 +440,79 @@ impl AsyncWrite for Socket {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A connection that spends the task's whole cooperative budget on every poll, as one
+    /// writing a list does while the socket keeps taking its frames, and counts its polls
+    /// once the clock has reached `due`.
+    struct Busy {
+        due: Instant,
+        polls_when_due: usize,
+        /// Told on the first poll.
+        started: Option<tokio::sync::oneshot::Sender<()>>,
+    }
+
+    impl Future for Busy {
+        type Output = Result<(), Infallible>;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            if let Some(started) = self.started.take() {
+                let _ = started.send(());
+            }
+            if Instant::now() >= self.due {
+                self.polls_when_due += 1;
+            }
+            // Out of budget, Tokio polls the task again behind the others.
+            while let Poll::Ready(unit) = tokio::task::coop::poll_proceed(cx) {
+                unit.made_progress();
+            }
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_due_http1_cut_ends_a_connection_that_spends_its_whole_budget() {
+        // The connection's task polls the cut after the connection in a random share of its
+        // polls, when the connection has left no budget: the cut must come anyway, on the
+        // first poll after its timer (the one before may still see it unfired), not whenever
+        // it happens to be polled first. Trials, because the order is random.
+        let shutdown = CancellationToken::new();
+        for trial in 0..32 {
+            let activity = Arc::new(Activity::new(Instant::now()));
+            let due = Instant::now() + Duration::from_secs(60);
+            let deadline = Arc::new(Deadline::new(due));
+            deadline.arm(due);
+            let _request = activity.begin(Some(deadline));
+            let (started, running) = tokio::sync::oneshot::channel();
+            let served = {
+                let (activity, shutdown) = (activity.clone(), shutdown.clone());
+                tokio::spawn(async move {
+                    let mut conn = std::pin::pin!(Busy {
+                        due,
+                        polls_when_due: 0,
+                        started: Some(started),
+                    });
+                    let watch = Watch {
+                        activity: &activity,
+                        shutdown: &shutdown,
+                        idle_timeout: Duration::from_secs(90),
+                        request_timeout: Duration::from_secs(60),
+                        remote: SocketAddr::from(([127, 0, 0, 1], 1)),
+                    };
+                    let ended = drive(conn.as_mut(), |_| {}, watch).await;
+                    (ended, conn.polls_when_due)
+                })
+            };
+            // The cut is waiting on its timer when its time comes.
+            running.await.unwrap();
+            tokio::time::advance(Duration::from_secs(60)).await;
+            let (ended, polls) = served.await.unwrap();
+            assert_eq!(ended, Ended::Cut, "trial {trial}");
+            assert!(
+                polls <= 2,
+                "trial {trial}: cut after {polls} polls past its time"
+            );
+        }
+    }
 
     #[test]
     fn an_http1_head_is_counted_as_it_came() {
