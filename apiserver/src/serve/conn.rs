@@ -441,34 +441,6 @@ impl AsyncWrite for Socket {
 mod tests {
     use super::*;
 
-    /// A connection that spends the task's whole cooperative budget on every poll, as one
-    /// writing a list does while the socket keeps taking its frames, and counts its polls
-    /// once the clock has reached `due`.
-    struct Busy {
-        due: Instant,
-        polls_when_due: usize,
-        /// Told on the first poll.
-        started: Option<tokio::sync::oneshot::Sender<()>>,
-    }
-
-    impl Future for Busy {
-        type Output = Result<(), Infallible>;
-
-        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            if let Some(started) = self.started.take() {
-                let _ = started.send(());
-            }
-            if Instant::now() >= self.due {
-                self.polls_when_due += 1;
-            }
-            // Out of budget, Tokio polls the task again behind the others.
-            while let Poll::Ready(unit) = tokio::task::coop::poll_proceed(cx) {
-                unit.made_progress();
-            }
-            Poll::Pending
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_due_http1_cut_ends_a_connection_that_spends_its_whole_budget() {
         // The connection's task polls the cut after the connection in a random share of its
@@ -482,15 +454,11 @@ mod tests {
             let deadline = Arc::new(Deadline::new(due));
             deadline.arm(due);
             let _request = activity.begin(Some(deadline));
-            let (started, running) = tokio::sync::oneshot::channel();
+            let (busy, running, polls) = super::super::testing::Busy::new(due);
             let served = {
                 let (activity, shutdown) = (activity.clone(), shutdown.clone());
                 tokio::spawn(async move {
-                    let mut conn = std::pin::pin!(Busy {
-                        due,
-                        polls_when_due: 0,
-                        started: Some(started),
-                    });
+                    let mut conn = std::pin::pin!(busy);
                     let watch = Watch {
                         activity: &activity,
                         shutdown: &shutdown,
@@ -498,15 +466,14 @@ mod tests {
                         request_timeout: Duration::from_secs(60),
                         remote: SocketAddr::from(([127, 0, 0, 1], 1)),
                     };
-                    let ended = drive(conn.as_mut(), |_| {}, watch).await;
-                    (ended, conn.polls_when_due)
+                    drive(conn.as_mut(), |_| {}, watch).await
                 })
             };
             // The cut is waiting on its timer when its time comes.
             running.await.unwrap();
             tokio::time::advance(Duration::from_secs(60)).await;
-            let (ended, polls) = served.await.unwrap();
-            assert_eq!(ended, Ended::Cut, "trial {trial}");
+            assert_eq!(served.await.unwrap(), Ended::Cut, "trial {trial}");
+            let polls = polls.await.unwrap();
             assert!(
                 polls <= 2,
                 "trial {trial}: cut after {polls} polls past its time"

@@ -25,6 +25,8 @@ pub mod conn;
 pub mod gzip;
 pub mod httplog;
 pub mod router;
+#[cfg(test)]
+mod testing;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -244,7 +244,7 @@ pub async fn run_rate(
     duration: Duration,
     arrivals: Arrivals,
 ) -> anyhow::Result<RateRun> {
-    let connections = transport.clients;
+    let clients = transport.clients;
     let targets = hpa_targets(nodes);
     let start = Instant::now() + Duration::from_millis(200);
     let end = start + duration;
@@ -257,7 +257,7 @@ pub async fn run_rate(
             .map(|_| Client::speaking(addr, front_proxy, Protocol::H2))
             .collect::<anyhow::Result<Vec<_>>>()?,
     };
-    for c in 0..connections {
+    for c in 0..clients {
         let shared_count = shared.len();
         let mut client = match shared.get_mut(c % shared_count.max(1)) {
             Some(connection) => connection.share().await?,
@@ -267,7 +267,7 @@ pub async fn run_rate(
             Arrivals::Ticks => Due::Ticks {
                 schedule,
                 c: c as u64,
-                connections: connections as u64,
+                connections: clients as u64,
                 k: 0,
             },
             Arrivals::Even => {
@@ -366,7 +366,7 @@ pub async fn run_rate(
     all_sent.sort();
     Ok(RateRun {
         rate,
-        clients: connections,
+        clients,
         ok: all.len() as u64,
         failed,
         unsent,

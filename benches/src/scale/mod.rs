@@ -571,7 +571,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 bail!("{} HPA-shaped requests failed at {rate}/s", r.failed);
             }
             hpa_runs.push(json!({
-                "rate": rate, "connections": r.clients, "protocol": choice_name(&options.protocol),
+                "rate": rate, "clients": r.clients, "protocol": choice_name(&options.protocol),
                 "transport_connections": transport.connections(), "arrivals": choice_name(&options.hpa_arrivals), "pods": per_target, "bytes": r.bytes,
                 "ok": r.ok, "unsent": r.unsent, "achieved_per_s": r.achieved_per_s, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "max_ms": r.max_ms,
