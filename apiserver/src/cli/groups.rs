@@ -207,6 +207,15 @@ pub struct Kubelet {
           default_value = "true", value_parser = go_bool, action = ArgAction::Set,
           value_name = "bool")]
     pub kubelet_keep_alive: bool,
+
+    /// (ours) Ask kubelets to gzip their answers (Accept-Encoding: gzip), as metrics-server's
+    /// Go client does: about 8x fewer bytes from each kubelet per scrape, for the kubelet's
+    /// compression and this server's decompression. false asks for them uncompressed. A
+    /// gzipped answer is read either way.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "true", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool")]
+    pub kubelet_compression: bool,
 }
 
 /// `--tls-min-version` values (Go's names). rustls speaks TLS 1.2 and 1.3 only, so 1.0 and

@@ -271,6 +271,7 @@ impl Flags {
                 max_body_bytes: bytes(k.kubelet_max_body_bytes),
                 max_bodies_bytes: bytes(k.kubelet_max_bodies_bytes),
                 keep_alive: k.kubelet_keep_alive,
+                compression: k.kubelet_compression,
                 ..scraper::kubelet::client::Config::default()
             },
             readiness_timeout: self.readiness_timeout(),

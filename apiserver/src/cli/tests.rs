@@ -91,6 +91,18 @@ fn no_flags_are_the_default_settings() {
 }
 
 #[test]
+fn kubelet_answers_are_asked_gzipped_unless_turned_off() {
+    let on = parse(&[]).settings().unwrap();
+    assert!(on.kubelet_client.compression);
+    for off in ["--kubelet-compression=false", "--kubelet-compression=0"] {
+        assert!(
+            !parse(&[off]).settings().unwrap().kubelet_client.compression,
+            "{off}"
+        );
+    }
+}
+
+#[test]
 fn shipped_manifest_flags_parse() {
     let c = parse(&[
         "--cert-dir=/tmp",

@@ -16,9 +16,11 @@
 //! - [`target`]: which URL a node's kubelet is scraped at.
 //! - [`conn`]: a connection (TCP + TLS state), the scratch buffers, the idle pool.
 //! - [`http1`]: the request, the response head, the body's framing.
+//! - [`gzip`]: inflating a body the kubelet gzipped.
 
 mod conn;
 mod error;
+pub mod gzip;
 mod http1;
 mod target;
 
@@ -33,7 +35,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use conn::{Conn, ConnectFailure, IoFailure, Pool, Read, Scratch, Scratches};
-use http1::{Chunked, Framing};
+use http1::{Chunked, Coding, Framing};
 
 pub use error::{Error, Peer};
 pub use target::{DEFAULT_ADDRESS_TYPES, Resolver, Target, TargetError};
@@ -77,6 +79,9 @@ pub struct Config {
     /// handshake per scrape, at the price of a socket and its TLS session state per node (no
     /// buffers: those are lent to requests in flight only).
     pub keep_alive: bool,
+    /// Ask kubelets to gzip their answers (`Accept-Encoding: gzip`), as metrics-server's Go
+    /// client does (`--kubelet-compression`). A gzipped answer is read whatever was asked.
+    pub compression: bool,
 }
 
 impl Default for Config {
@@ -91,6 +96,7 @@ impl Default for Config {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_bodies_bytes: DEFAULT_MAX_BODIES_BYTES,
             keep_alive: true,
+            compression: true,
         }
     }
 }
@@ -114,6 +120,7 @@ struct Inner {
     scratch: Scratches,
     plain_http: bool,
     keep_alive: bool,
+    compression: bool,
     timeout: Duration,
     max_body_bytes: usize,
     /// Room for bodies in flight, in [`BUDGET_UNIT`]s.
@@ -183,6 +190,7 @@ impl Client {
                 scratch: Scratches::default(),
                 plain_http: config.plain_http,
                 keep_alive: config.keep_alive,
+                compression: config.compression,
                 timeout: config.timeout,
                 max_body_bytes: config.max_body_bytes,
                 budget: Arc::new(Semaphore::new(
@@ -326,6 +334,7 @@ impl Client {
                 target.path,
                 &target.host_header,
                 authorization.as_ref(),
+                self.inner.compression,
                 !self.inner.keep_alive,
             );
         }
@@ -430,6 +439,11 @@ impl Client {
         if status != StatusCode::OK {
             return Err(Exchange::Failed(Failure::Status(status)));
         }
+        let gzip = match head.coding {
+            Coding::Identity => false,
+            Coding::Gzip => true,
+            Coding::Other(name) => return Err(Exchange::Failed(Failure::Encoding(name))),
+        };
         let limit = self.inner.max_body_bytes;
         let body_start = head.len;
         let result = match head.framing {
@@ -443,9 +457,47 @@ impl Client {
             Framing::Chunked => self.read_streamed(conn, input, body_start, true, s).await,
             Framing::Close => self.read_streamed(conn, input, body_start, false, s).await,
         };
-        result
-            .map(|(body, clean)| (body, clean && head.reusable))
-            .map_err(Exchange::Failed)
+        let (body, clean) = result.map_err(Exchange::Failed)?;
+        let body = if gzip {
+            self.gunzip(body).await.map_err(Exchange::Failed)?
+        } else {
+            body
+        };
+        Ok((body, clean && head.reusable))
+    }
+
+    /// Inflates a gzipped body into a buffer sized from its trailer, grown (room taken from
+    /// the budget first) by doubling up to the body limit, which the inflated size must keep
+    /// too; the compressed body's room is given back when it is done.
+    async fn gunzip(&self, body: Body) -> Result<Body, Failure> {
+        let limit = self.inner.max_body_bytes;
+        let input = &body.bytes[..];
+        let first = gzip::size_hint(input, limit).max(1);
+        let mut held = take(&self.inner.budget, units(first)).await?;
+        let mut out: Vec<u8> = Vec::with_capacity(first);
+        let mut gunzip = gzip::Gunzip::default();
+        loop {
+            match gunzip.step(input, &mut out) {
+                Ok(gzip::Step::Done) if out.len() <= limit => break,
+                Ok(gzip::Step::Done) => return Err(Failure::TooLarge(limit)),
+                Ok(gzip::Step::Full) if out.len() >= limit => {
+                    return Err(Failure::TooLarge(limit));
+                }
+                Ok(gzip::Step::Full) => {
+                    let grown = out.capacity().saturating_mul(2).clamp(1, limit);
+                    let more = units(grown).saturating_sub(held.num_permits());
+                    if more > 0 {
+                        held.merge(take(&self.inner.budget, more).await?);
+                    }
+                    out.reserve_exact(grown - out.len());
+                }
+                Err(e) => return Err(Failure::Body(e.into())),
+            }
+        }
+        Ok(Body {
+            bytes: Bytes::from(out),
+            _budget: held,
+        })
     }
 
     /// A Content-Length body: its room is taken at once and it is read into one buffer of
@@ -660,6 +712,7 @@ enum Failure {
     Request(io::Error),
     Status(StatusCode),
     TooLarge(usize),
+    Encoding(Box<str>),
     Body(Box<dyn std::error::Error + Send + Sync>),
 }
 
@@ -679,6 +732,7 @@ impl Failure {
             Failure::Request(source) => Error::Request { peer, source },
             Failure::Status(status) => Error::Status { peer, status },
             Failure::TooLarge(limit_bytes) => Error::BodyTooLarge { peer, limit_bytes },
+            Failure::Encoding(encoding) => Error::Encoding { peer, encoding },
             Failure::Body(source) => Error::Body { peer, source },
         }
     }

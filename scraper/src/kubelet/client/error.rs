@@ -146,7 +146,18 @@ pub enum Error {
         /// The limit.
         limit_bytes: usize,
     },
-    /// The body could not be read completely.
+    /// The body is in a `Content-Encoding` we cannot read (we read gzip).
+    #[error(
+        "GET {}: kubelet response body is in Content-Encoding {encoding:?}, which this server cannot read (it reads gzip)",
+        .peer.url
+    )]
+    Encoding {
+        /// The kubelet.
+        peer: Box<Peer>,
+        /// The coding, as sent (at most 64 characters).
+        encoding: Box<str>,
+    },
+    /// The body could not be read completely, or its gzip did not inflate.
     #[error("GET {}: reading the kubelet response body: {source}", .peer.url)]
     Body {
         /// The kubelet.
@@ -183,6 +194,7 @@ impl Error {
             Error::Tls { .. } => "tls",
             Error::Status { .. } => "status",
             Error::BodyTooLarge { .. } => "body_too_large",
+            Error::Encoding { .. } => "content_encoding",
             Error::Body { .. } => "body",
             Error::Request { .. } => "request",
         }
@@ -202,6 +214,7 @@ impl Error {
             | Error::Tls { peer, .. }
             | Error::Status { peer, .. }
             | Error::BodyTooLarge { peer, .. }
+            | Error::Encoding { peer, .. }
             | Error::Body { peer, .. }
             | Error::Request { peer, .. } => Some(peer),
         }

@@ -19,13 +19,14 @@ pub(super) const MAX_HEADERS: usize = 100;
 /// Longest chunk-size line (size and extensions) accepted.
 pub(super) const MAX_CHUNK_LINE_BYTES: usize = 4 * 1024;
 
-/// Appends `GET path HTTP/1.1` with `host` (and `authorization`, and `connection: close`
-/// when the connection is not to be kept) to `out`.
+/// Appends `GET path HTTP/1.1` with `host` (and `authorization`, `accept-encoding: gzip`
+/// when `gzip`, and `connection: close` when the connection is not to be kept) to `out`.
 pub(super) fn request(
     out: &mut Vec<u8>,
     path: &str,
     host: &str,
     authorization: Option<&HeaderValue>,
+    gzip: bool,
     close: bool,
 ) {
     out.extend_from_slice(b"GET ");
@@ -37,6 +38,10 @@ pub(super) fn request(
         out.extend_from_slice(b"authorization: ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if gzip {
+        // What Go's client (metrics-server's) sends unless compression is disabled.
+        out.extend_from_slice(b"accept-encoding: gzip\r\n");
     }
     if close {
         out.extend_from_slice(b"connection: close\r\n");
@@ -55,13 +60,26 @@ pub(super) enum Framing {
     Close,
 }
 
+/// How the body's content is encoded (`Content-Encoding`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Coding {
+    /// None (or only `identity`).
+    Identity,
+    /// `gzip` (or `x-gzip`).
+    Gzip,
+    /// Anything else, as sent: a body we cannot read.
+    Other(Box<str>),
+}
+
 /// A parsed response head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Head {
     /// The status code.
     pub(super) status: u16,
     /// How the body is delimited.
     pub(super) framing: Framing,
+    /// How the body's content is encoded.
+    pub(super) coding: Coding,
     /// Whether the connection may carry another request after this response (HTTP/1.1
     /// without `Connection: close`, a body with its own framing).
     pub(super) reusable: bool,
@@ -116,6 +134,7 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     let mut chunked = false;
     let mut transfer_encoding = false;
     let mut close = !http11;
+    let mut codings: Vec<&[u8]> = Vec::new();
     for header in response.headers.iter() {
         let name = header.name;
         if name.eq_ignore_ascii_case("content-length") {
@@ -133,6 +152,14 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
             transfer_encoding = true;
             // Chunked only counts as the last coding.
             chunked = last_token(header.value).eq_ignore_ascii_case(b"chunked");
+        } else if name.eq_ignore_ascii_case("content-encoding") {
+            codings.extend(
+                header
+                    .value
+                    .split(|&b| b == b',')
+                    .map(<[u8]>::trim_ascii)
+                    .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case(b"identity")),
+            );
         } else if name.eq_ignore_ascii_case("connection") {
             for token in header.value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
@@ -161,9 +188,20 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
             None => Framing::Close,
         }
     };
+    let coding = match codings[..] {
+        [] => Coding::Identity,
+        [c] if c.eq_ignore_ascii_case(b"gzip") || c.eq_ignore_ascii_case(b"x-gzip") => Coding::Gzip,
+        _ => Coding::Other(
+            String::from_utf8_lossy(&codings.join(&b", "[..]))
+                .chars()
+                .take(64)
+                .collect(),
+        ),
+    };
     Ok(Some(Head {
         status,
         framing,
+        coding,
         reusable: !close && framing != Framing::Close,
         len,
     }))

@@ -102,9 +102,131 @@ async fn a_kept_alive_connection_is_reused_and_the_request_is_minimal() {
     let authority = s.url.trim_start_matches("http://");
     assert_eq!(
         s.requests.lock()[0],
-        format!("GET /metrics/resource HTTP/1.1\r\nhost: {authority}\r\n\r\n")
+        format!(
+            "GET /metrics/resource HTTP/1.1\r\nhost: {authority}\r\naccept-encoding: gzip\r\n\r\n"
+        )
     );
     assert_eq!(c.inner.pool.read().idle(), 1);
+}
+
+fn gzipped(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// `body` gzipped, with a Content-Length, or chunked in 2 KiB chunks as Go's server sends.
+fn gzip_answer(body: &[u8], chunked: bool) -> Answer {
+    let z = gzipped(body);
+    let mut a =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: gzip\r\n".to_vec();
+    if chunked {
+        a.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+        for chunk in z.chunks(2048) {
+            a.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            a.extend_from_slice(chunk);
+            a.extend_from_slice(b"\r\n");
+        }
+        a.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        a.extend_from_slice(format!("content-length: {}\r\n\r\n", z.len()).as_bytes());
+        a.extend_from_slice(&z);
+    }
+    answer(a)
+}
+
+fn metric_text(lines: usize) -> Vec<u8> {
+    (0..lines)
+        .map(|i| format!("container_cpu_usage_seconds_total{{container=\"c\",namespace=\"n\",pod=\"p{i}\"}} {i}.5 1700000000000\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn a_gzipped_answer_is_read_as_its_text_and_the_connection_kept() {
+    let text = metric_text(500);
+    let t = text.clone();
+    let s = serve(move |n| gzip_answer(&t, n % 2 == 1)).await;
+    let c = plain_client(true);
+    let full = c.inner.budget.available_permits();
+    for _ in 0..4 {
+        let body = c.get(&s.url).await.unwrap();
+        assert_eq!(&body[..], &text[..]);
+        drop(body);
+        assert_eq!(c.inner.budget.available_permits(), full, "room given back");
+    }
+    assert_eq!(s.connections.load(Ordering::SeqCst), 1);
+    assert!(
+        s.requests
+            .lock()
+            .iter()
+            .all(|r| r.contains("\r\naccept-encoding: gzip\r\n"))
+    );
+}
+
+#[tokio::test]
+async fn without_compression_gzip_is_not_asked_for_but_still_read() {
+    let text = metric_text(20);
+    let t = text.clone();
+    let s = serve(move |_| gzip_answer(&t, false)).await;
+    let c = Client::new(Config {
+        plain_http: true,
+        compression: false,
+        max_body_bytes: 1 << 20,
+        ..Config::default()
+    })
+    .unwrap();
+    assert_eq!(&c.get(&s.url).await.unwrap()[..], &text[..]);
+    assert!(!s.requests.lock()[0].contains("accept-encoding"));
+}
+
+#[tokio::test]
+async fn a_gzip_bomb_is_refused_at_the_limit_and_its_room_given_back() {
+    // 8 MiB of zeros in ~8 KiB, against a 1 MiB limit.
+    let zeros = gzipped(&vec![0u8; 8 << 20]);
+    assert!(zeros.len() < 16 << 10);
+    let s = serve(move |_| {
+        let mut a = format!(
+            "HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: {}\r\n\r\n",
+            zeros.len()
+        )
+        .into_bytes();
+        a.extend_from_slice(&zeros);
+        answer(a)
+    })
+    .await;
+    let c = plain_client(true);
+    let full = c.inner.budget.available_permits();
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "body_too_large", "{err}");
+    assert!(
+        err.to_string().contains("larger than 1048576 bytes"),
+        "{err}"
+    );
+    assert_eq!(c.inner.budget.available_permits(), full);
+}
+
+#[tokio::test]
+async fn a_corrupt_gzip_or_an_unknown_coding_fails_the_node_saying_why() {
+    let s = serve(|n| match n {
+        0 => answer(
+            "HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 12\r\n\r\nnot gzip at all",
+        ),
+        _ => answer("HTTP/1.1 200 OK\r\ncontent-encoding: br\r\ncontent-length: 5\r\n\r\nhello"),
+    })
+    .await;
+    let c = plain_client(true);
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "body", "{err}");
+    assert!(err.to_string().contains(": gzip: "), "{err}");
+    let err = c.get(&s.url).await.unwrap_err();
+    assert_eq!(err.reason(), "content_encoding", "{err}");
+    assert!(
+        err.to_string()
+            .contains("Content-Encoding \"br\", which this server cannot read"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -16,17 +16,55 @@ fn the_request_is_a_minimal_get() {
         "10.0.0.1:10250",
         Some(&token),
         false,
+        false,
     );
     assert_eq!(
         out,
         b"GET /metrics/resource HTTP/1.1\r\nhost: 10.0.0.1:10250\r\nauthorization: Bearer t0k\r\n\r\n"
     );
     out.clear();
-    request(&mut out, "/stats/summary?x=1", "[::1]:1", None, true);
+    request(&mut out, "/stats/summary?x=1", "[::1]:1", None, false, true);
     assert_eq!(
         out,
         b"GET /stats/summary?x=1 HTTP/1.1\r\nhost: [::1]:1\r\nconnection: close\r\n\r\n"
     );
+    out.clear();
+    request(&mut out, "/metrics/resource", "n:1", None, true, false);
+    assert_eq!(
+        out,
+        b"GET /metrics/resource HTTP/1.1\r\nhost: n:1\r\naccept-encoding: gzip\r\n\r\n"
+    );
+}
+
+#[test]
+fn the_content_coding_is_gzip_identity_or_named() {
+    let coding = |headers: &str| {
+        head(&format!(
+            "HTTP/1.1 200 OK\r\n{headers}Content-Length: 0\r\n\r\n"
+        ))
+        .unwrap()
+        .unwrap()
+        .coding
+    };
+    assert_eq!(coding(""), Coding::Identity);
+    assert_eq!(coding("Content-Encoding: identity\r\n"), Coding::Identity);
+    assert_eq!(coding("Content-Encoding: gzip\r\n"), Coding::Gzip);
+    assert_eq!(coding("content-encoding:  X-GZIP \r\n"), Coding::Gzip);
+    assert_eq!(coding("Content-Encoding: identity, gzip\r\n"), Coding::Gzip);
+    assert_eq!(
+        coding("Content-Encoding: br\r\n"),
+        Coding::Other("br".into())
+    );
+    assert_eq!(
+        coding("Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n"),
+        Coding::Other("gzip, gzip".into()),
+        "twice compressed is not read as once"
+    );
+    let long = "z".repeat(500);
+    match coding(&format!("Content-Encoding: {long}\r\n")) {
+        Coding::Other(name) => assert_eq!(name.len(), 64, "named, but bounded"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

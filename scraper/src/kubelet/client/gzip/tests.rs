@@ -1,0 +1,132 @@
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use proptest::prelude::*;
+
+use super::*;
+
+fn gz(data: &[u8], level: u32) -> Vec<u8> {
+    let mut e = GzEncoder::new(Vec::new(), Compression::new(level));
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// Metric-like text, so it compresses as a kubelet's answer does.
+fn text(lines: usize) -> Vec<u8> {
+    (0..lines)
+        .map(|i| {
+            format!(
+                "container_memory_working_set_bytes{{container=\"c{i}\",namespace=\"ns\",pod=\"p{i}\"}} {} 1700000000000\n",
+                i * 4096
+            )
+        })
+        .collect::<String>()
+        .into_bytes()
+}
+
+#[test]
+fn a_kubelet_sized_body_inflates_to_its_text() {
+    let plain = text(400);
+    let body = gz(&plain, 6);
+    assert!(body.len() * 5 < plain.len(), "the sample should compress");
+    assert_eq!(size_hint(&body, usize::MAX), plain.len());
+    assert_eq!(gunzip(&body, plain.len()).unwrap().unwrap(), plain);
+}
+
+#[test]
+fn members_one_after_another_inflate_to_their_texts_in_order() {
+    let (a, b) = (text(3), b"# EOF\n".to_vec());
+    let mut body = gz(&a, 1);
+    body.extend(gz(&b, 9));
+    body.extend(gz(b"", 6));
+    assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), [a, b].concat());
+}
+
+#[test]
+fn an_empty_body_is_an_empty_answer() {
+    assert_eq!(gunzip(b"", 1 << 20).unwrap().unwrap(), b"");
+}
+
+#[test]
+fn a_body_cut_inside_a_member_is_truncated() {
+    let body = gz(&text(50), 6);
+    for cut in [1, 10, body.len() / 2, body.len() - 1] {
+        let err = gunzip(&body[..cut], 1 << 20).unwrap_err();
+        assert!(matches!(err, GzipError::Truncated), "cut at {cut}: {err}");
+    }
+}
+
+#[test]
+fn a_wrong_checksum_or_length_or_a_foreign_tail_is_corrupt() {
+    let good = gz(&text(50), 6);
+    let n = good.len();
+    let mut crc = good.clone();
+    crc[n - 8] ^= 1;
+    let mut len = good.clone();
+    len[n - 1] ^= 1;
+    let mut tail = good.clone();
+    tail.extend_from_slice(&[0; 16]);
+    let mut data = good.clone();
+    data[n / 2] ^= 0x55;
+    for (what, body) in [("crc", crc), ("isize", len), ("tail", tail), ("data", data)] {
+        match gunzip(&body, 1 << 20) {
+            Err(GzipError::Corrupt(_)) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    let err = gunzip(b"plain text, not gzip\n", 1 << 20).unwrap_err();
+    assert!(err.to_string().starts_with("gzip: "), "{err}");
+}
+
+#[test]
+fn a_small_body_that_inflates_past_the_limit_stops_at_the_limit() {
+    // 16 MiB of zeros in ~160 KiB (level 1): the limit is 1 MiB.
+    let bomb = gz(&vec![0u8; 16 << 20], 1);
+    let limit = 1 << 20;
+    assert!(bomb.len() < limit / 4, "{}", bomb.len());
+    assert!(size_hint(&bomb, limit) <= limit);
+    let mut out = Vec::with_capacity(4096);
+    let mut g = Gunzip::default();
+    loop {
+        match g.step(&bomb, &mut out).unwrap() {
+            Step::Done => panic!("inflated {} bytes past the limit", out.len()),
+            Step::Full if out.len() >= limit => break,
+            Step::Full => out.reserve_exact((out.capacity() * 2).min(limit) - out.len()),
+        }
+    }
+    assert_eq!(out.len(), limit);
+    assert!(out.capacity() <= limit + 4096);
+    assert_eq!(gunzip(&bomb, limit).unwrap(), None);
+}
+
+#[test]
+fn a_forged_length_reserves_no_more_than_the_data_could_fill() {
+    let mut body = gz(b"x", 6);
+    let n = body.len();
+    body[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(size_hint(&body, usize::MAX), n * 1032);
+    assert_eq!(size_hint(&body, 100), 100);
+    assert_eq!(size_hint(b"ab", 100), 0);
+}
+
+proptest! {
+    /// Whatever the members and however the output grows, the text comes back whole.
+    #[test]
+    fn any_members_inflate_whole_through_any_growth(
+        parts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..3000), 1..4),
+        level in 0u32..10,
+        first in 0usize..64,
+        grow in 1usize..5000,
+    ) {
+        let body: Vec<u8> = parts.iter().flat_map(|p| gz(p, level)).collect();
+        let mut out = Vec::with_capacity(first);
+        let mut g = Gunzip::default();
+        while g.step(&body, &mut out).unwrap() == Step::Full {
+            out.reserve_exact(grow);
+        }
+        prop_assert_eq!(out, parts.concat());
+    }
+}
