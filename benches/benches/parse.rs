@@ -1,4 +1,6 @@
-//! Parse throughput of the two kubelet payload parsers (`cargo bench -p benches --bench parse`).
+//! Parse throughput of the two kubelet payload parsers (`cargo bench -p benches --bench parse`),
+//! and what inflating a `/metrics/resource` body adds when the kubelet gzipped it (as it does
+//! when asked, at Go's default level; `inflate/...`, time per body of its plain size).
 //!
 //! Criterion reports time per parse and MB/s (`Throughput::Bytes`). For instruction counts,
 //! run one payload in a loop without criterion under callgrind:
@@ -6,8 +8,11 @@
 
 use std::hint::black_box;
 
+use std::io::Write;
+
 use benches::Payload;
 use criterion::{Criterion, Throughput};
+use scraper::kubelet::client::gzip::gunzip;
 
 fn parse(c: &mut Criterion, payloads: &[Payload]) {
     let mut group = c.benchmark_group("parse");
@@ -15,6 +20,24 @@ fn parse(c: &mut Criterion, payloads: &[Payload]) {
         group.throughput(Throughput::Bytes(payload.body.len() as u64));
         group.bench_function(&payload.name, |b| {
             b.iter(|| payload.source.parse(black_box(&payload.body), 0))
+        });
+    }
+    group.finish();
+}
+
+fn inflate(c: &mut Criterion, payloads: &[Payload]) {
+    let mut group = c.benchmark_group("inflate");
+    for payload in payloads.iter().filter(|p| p.name.starts_with("resource/")) {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(&payload.body).expect("gzip to memory");
+        let gzipped = encoder.finish().expect("gzip to memory");
+        assert_eq!(
+            gunzip(&gzipped, usize::MAX).ok().flatten().as_deref(),
+            Some(&payload.body[..])
+        );
+        group.throughput(Throughput::Bytes(payload.body.len() as u64));
+        group.bench_function(&payload.name, |b| {
+            b.iter(|| gunzip(black_box(&gzipped), usize::MAX))
         });
     }
     group.finish();
@@ -57,5 +80,6 @@ fn main() {
     }
     let mut criterion = Criterion::default().configure_from_args();
     parse(&mut criterion, &payloads);
+    inflate(&mut criterion, &payloads);
     criterion.final_summary();
 }

@@ -7,7 +7,7 @@
 //! A child serves nodes `first..first + count` of the shape, rendered from the same models
 //! the parent puts in the control plane ([`super::cluster::model`]), with the serving
 //! certificate the parent issued. It prints `LISTENING port,port,...` once it listens,
-//! answers each `counts` line on stdin with `COUNTS requests served connections`, and exits
+//! answers each `counts` line on stdin with `COUNTS requests served connections body_bytes`, and exits
 //! when its stdin closes (so it never outlives the harness).
 
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -69,13 +69,14 @@ fn parse_counts(line: &str) -> anyhow::Result<FleetCounts> {
         .strip_prefix("COUNTS ")
         .with_context(|| format!("expected COUNTS, got {line:?}"))?;
     let v: Vec<u64> = rest.split(' ').map(str::parse).collect::<Result<_, _>>()?;
-    let [requests, served, connections] = v[..] else {
-        bail!("expected three counts, got {line:?}");
+    let [requests, served, connections, body_bytes] = v[..] else {
+        bail!("expected four counts, got {line:?}");
     };
     Ok(FleetCounts {
         requests,
         served,
         connections,
+        body_bytes,
     })
 }
 
@@ -236,6 +237,7 @@ impl Kubelets {
                     sum.requests += c.requests;
                     sum.served += c.served;
                     sum.connections += c.connections;
+                    sum.body_bytes += c.body_bytes;
                 }
                 Ok(sum)
             }
@@ -333,7 +335,11 @@ fn child(args: Vec<String>) -> anyhow::Result<()> {
                 for line in std::io::stdin().lock().lines() {
                     if line?.trim() == "counts" {
                         let c = fleet.counts();
-                        writeln!(out, "COUNTS {} {} {}", c.requests, c.served, c.connections)?;
+                        writeln!(
+                            out,
+                            "COUNTS {} {} {} {}",
+                            c.requests, c.served, c.connections, c.body_bytes
+                        )?;
                         out.flush()?;
                     }
                 }
@@ -361,9 +367,12 @@ mod tests {
         );
         assert!(parse_ports("LISTENING 4100,x\n").is_err());
         assert!(parse_ports("hello\n").is_err());
-        let c = parse_counts("COUNTS 3 2 1\n").expect("counts");
-        assert_eq!((c.requests, c.served, c.connections), (3, 2, 1));
-        assert!(parse_counts("COUNTS 3 2\n").is_err());
+        let c = parse_counts("COUNTS 3 2 1 40000\n").expect("counts");
+        assert_eq!(
+            (c.requests, c.served, c.connections, c.body_bytes),
+            (3, 2, 1, 40000)
+        );
+        assert!(parse_counts("COUNTS 3 2 1\n").is_err());
         assert!(parse_counts("").is_err());
     }
 

@@ -388,6 +388,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let scrapes_failed = failed_after.saturating_sub(failed_before);
     let expected = n as f64 * secs / options.resolution.as_secs_f64();
     let served = fleet_after.served - fleet_before.served;
+    let body_bytes_per_scrape =
+        (fleet_after.body_bytes - fleet_before.body_bytes) as f64 / served.max(1) as f64;
 
     println!("  measured window {secs:.1} s:");
     println!(
@@ -402,7 +404,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         server_millicores / n as f64
     );
     println!(
-        "    scrapes: {scrapes_ok} ok, {scrapes_failed} failed (server counters); kubelets served {served}; expected {expected:.0} ({:.2}% of expected succeeded)",
+        "    scrapes: {scrapes_ok} ok, {scrapes_failed} failed (server counters); kubelets served {served} ({body_bytes_per_scrape:.0} body bytes each as sent); expected {expected:.0} ({:.2}% of expected succeeded)",
         100.0 * scrapes_ok as f64 / expected
     );
     println!(
@@ -622,7 +624,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         "server_kib_per_node": rss_end as f64 / 1024.0 / n as f64,
         "server_cpu_s": server_cpu, "server_millicores": server_millicores,
         "server_millicores_per_node": server_millicores / n as f64,
-        "scrapes": {"ok": scrapes_ok, "failed": scrapes_failed, "served": served, "expected": expected},
+        "scrapes": {"ok": scrapes_ok, "failed": scrapes_failed, "served": served, "expected": expected, "body_bytes_each": body_bytes_per_scrape},
         "harness_millicores": harness_millicores, "machine_busy_share": machine_busy,
         "periods": {"completed": periods, "within_resolution": periods_in_time, "due": periods_expected},
         "lists": lists,

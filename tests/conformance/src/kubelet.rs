@@ -699,16 +699,86 @@ async fn handle(
         Content::Stats(stats) => render(stats, summary),
         Content::Live { node, clock } => render(&node.stats_at(clock()), summary),
     };
-    let content_type = if summary {
+    match fault {
+        Fault::Trickle(every) => partial(content_type(summary), body, Some(every)),
+        Fault::CutMidBody => partial(content_type(summary), body, None),
+        _ => metrics_answer(req.headers(), summary, body).0,
+    }
+}
+
+fn content_type(summary: bool) -> &'static str {
+    if summary {
         "application/json"
     } else {
         "text/plain; version=0.0.4"
-    };
-    match fault {
-        Fault::Trickle(every) => partial(content_type, body, Some(every)),
-        Fault::CutMidBody => partial(content_type, body, None),
-        _ => full(StatusCode::OK, content_type, body),
     }
+}
+
+/// How much of an answer Go's HTTP server buffers before it gives up on a Content-Length and
+/// sends the answer chunked (`bufferBeforeChunkingSize`); the chunks are as large.
+const GO_CHUNKING_BYTES: usize = 2048;
+
+/// A metrics body answered as a kubelet answers it: `/metrics/resource` through Prometheus'
+/// handler, which gzips (Go's default level) when the request's `Accept-Encoding` allows
+/// gzip; `/stats/summary` through go-restful, which the kubelet does not let compress; both
+/// from Go's HTTP server, chunked in 2 KiB pieces when longer than 2 KiB. With the length of
+/// the body as sent.
+fn metrics_answer(request: &HeaderMap, summary: bool, body: Bytes) -> (Response<Body>, usize) {
+    let gzip = !summary && accepts_gzip(request);
+    let body = if gzip { gzipped(&body) } else { body };
+    let len = body.len();
+    let mut response = if body.len() <= GO_CHUNKING_BYTES {
+        full(StatusCode::OK, content_type(summary), body)
+    } else {
+        let frames = (0..body.len().div_ceil(GO_CHUNKING_BYTES)).map(move |i| {
+            let end = ((i + 1) * GO_CHUNKING_BYTES).min(body.len());
+            Ok::<_, Infallible>(Frame::data(body.slice(i * GO_CHUNKING_BYTES..end)))
+        });
+        let mut response = Response::new(BodyExt::boxed(StreamBody::new(futures::stream::iter(
+            frames,
+        ))));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(content_type(summary)),
+        );
+        response
+    };
+    if gzip {
+        response.headers_mut().insert(
+            http::header::CONTENT_ENCODING,
+            http::HeaderValue::from_static("gzip"),
+        );
+    }
+    (response, len)
+}
+
+/// Whether `Accept-Encoding` offers gzip (or `*`) with a weight above zero.
+fn accepts_gzip(request: &HeaderMap) -> bool {
+    request
+        .get_all(http::header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|offer| {
+            let mut parts = offer.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let weight = parts
+                .find_map(|p| p.strip_prefix("q="))
+                .map_or(1.0, |q| q.parse::<f32>().unwrap_or(0.0));
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && weight > 0.0
+        })
+}
+
+/// `body` gzipped at Go's default level, as `compress/gzip` writes it.
+fn gzipped(body: &[u8]) -> Bytes {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 4),
+        flate2::Compression::default(),
+    );
+    // Writing to a Vec cannot fail.
+    let _ = encoder.write_all(body);
+    encoder.finish().unwrap_or_default().into()
 }
 
 /// `body`'s headers with its whole length, then the body in 64-byte pieces one per `every`,

@@ -6,10 +6,16 @@
 //! A gzip body is read whole (its framing and size bound as any body), then inflated here
 //! into a buffer the caller grows within its limit, so a small body that inflates to more
 //! than the limit (a "gzip bomb") fails at the limit, never past it. Members are read one
-//! after another until the input ends, as Go's `gzip.Reader` reads a multistream body; the
-//! CRC-32 and length of each member are checked.
+//! after another until the input ends, as Go's `gzip.Reader` reads a multistream body; each
+//! member's header (and its header CRC, when it has one), CRC-32 and length are checked.
+//!
+//! The deflate state and its 32 KiB window are kept per thread and reset for the next body
+//! rather than allocated per scrape: allocated and freed at every scrape, they cost ~30 KiB of
+//! RSS per node at 1,000 nodes in glibc's arenas.
 
-use flate2::{Decompress, FlushDecompress, Status};
+use std::cell::RefCell;
+
+use flate2::{Crc, Decompress, FlushDecompress, Status};
 
 /// Why a gzip body could not be inflated.
 #[derive(Debug, thiserror::Error)]
@@ -31,25 +37,45 @@ pub enum Step {
     Full,
 }
 
+thread_local! {
+    /// A raw deflate state (with its window) that a finished [`Gunzip`] leaves for the next.
+    static SPARE: RefCell<Option<Decompress>> = const { RefCell::new(None) };
+}
+
+/// Where a [`Gunzip`] is in the current member.
+enum Member {
+    /// At the header starting at this input offset.
+    Header(usize),
+    /// Inflating the data that starts at this input offset, with the CRC-32 (and length) of
+    /// what it inflated so far.
+    Data { at: usize, crc: Crc },
+}
+
 /// Inflates a whole gzip body into an output buffer, stepping whenever the buffer is full.
 pub struct Gunzip {
-    member: Decompress,
-    /// Where the current member starts in the input.
-    start: usize,
+    inflate: Option<Decompress>,
+    member: Member,
 }
 
 impl Default for Gunzip {
     fn default() -> Self {
+        let spare = SPARE.with(|s| s.borrow_mut().take());
         Gunzip {
-            member: member(),
-            start: 0,
+            inflate: spare,
+            member: Member::Header(0),
         }
     }
 }
 
-fn member() -> Decompress {
-    // 15 bits of window, gzip header and trailer (zlib's windowBits 31).
-    Decompress::new_gzip(15)
+impl Drop for Gunzip {
+    fn drop(&mut self) {
+        if let Some(mut inflate) = self.inflate.take() {
+            inflate.reset(false);
+            SPARE.with(|s| {
+                s.borrow_mut().get_or_insert(inflate);
+            });
+        }
+    }
 }
 
 impl Gunzip {
@@ -57,41 +83,110 @@ impl Gunzip {
     /// capacity of `out`. An empty body is an empty answer, as Go's client reads it.
     pub fn step(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<Step, GzipError> {
         loop {
-            let at = self.position();
-            let rest = input.get(at..).unwrap_or_default();
-            if rest.is_empty() && at == self.start {
-                // Between members (or an empty body): the end.
-                return Ok(Step::Done);
-            }
-            if out.len() == out.capacity() {
-                return Ok(Step::Full);
-            }
-            let produced = out.len();
-            let status = self
-                .member
-                .decompress_vec(rest, out, FlushDecompress::None)
-                .map_err(|e| GzipError::Corrupt(e.to_string()))?;
-            match status {
-                Status::StreamEnd => {
-                    // The next member, if any, starts where this one's trailer ended.
-                    self.start = self.position();
-                    self.member = member();
+            match &mut self.member {
+                Member::Header(at) => {
+                    let at = *at;
+                    if at == input.len() {
+                        return Ok(Step::Done);
+                    }
+                    let len = header_len(input.get(at..).unwrap_or_default())?;
+                    let inflate = self.inflate.get_or_insert_with(|| Decompress::new(false));
+                    inflate.reset(false);
+                    self.member = Member::Data {
+                        at: at + len,
+                        crc: Crc::new(),
+                    };
                 }
-                Status::Ok | Status::BufError => {
-                    let stuck = self.position() == at && out.len() == produced;
-                    if stuck && out.len() < out.capacity() {
-                        // Room to write and nothing consumed: the input ran out mid-member.
-                        return Err(GzipError::Truncated);
+                Member::Data { at, crc } => {
+                    if out.len() == out.capacity() {
+                        return Ok(Step::Full);
+                    }
+                    let inflate = self.inflate.get_or_insert_with(|| Decompress::new(false));
+                    let read = usize::try_from(inflate.total_in()).unwrap_or(usize::MAX);
+                    let rest = input.get(at.saturating_add(read)..).unwrap_or_default();
+                    let produced = out.len();
+                    let status = inflate
+                        .decompress_vec(rest, out, FlushDecompress::None)
+                        .map_err(|e| GzipError::Corrupt(e.to_string()))?;
+                    let consumed = usize::try_from(inflate.total_in()).unwrap_or(usize::MAX) - read;
+                    crc.update(out.get(produced..).unwrap_or_default());
+                    match status {
+                        Status::StreamEnd => {
+                            let end = at.saturating_add(read + consumed);
+                            let trailer = input
+                                .get(end..end.saturating_add(8))
+                                .ok_or(GzipError::Truncated)?;
+                            let word = |i: usize| {
+                                trailer
+                                    .get(i..i + 4)
+                                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                                    .map_or(0, u32::from_le_bytes)
+                            };
+                            if word(0) != crc.sum() {
+                                return Err(GzipError::Corrupt("CRC-32 does not match".into()));
+                            }
+                            // ISIZE is the length modulo 2^32, as the CRC's amount.
+                            if word(4) != crc.amount() {
+                                return Err(GzipError::Corrupt("length does not match".into()));
+                            }
+                            self.member = Member::Header(end + 8);
+                        }
+                        Status::Ok | Status::BufError => {
+                            let stuck = consumed == 0 && out.len() == produced;
+                            if stuck && out.len() < out.capacity() {
+                                // Room to write and nothing consumed: the input ran out.
+                                return Err(GzipError::Truncated);
+                            }
+                        }
                     }
                 }
             }
         }
     }
+}
 
-    fn position(&self) -> usize {
-        self.start
-            .saturating_add(usize::try_from(self.member.total_in()).unwrap_or(usize::MAX))
+/// The length of the gzip member header (RFC 1952) at the start of `input`.
+fn header_len(input: &[u8]) -> Result<usize, GzipError> {
+    const FHCRC: u8 = 0x02;
+    const FEXTRA: u8 = 0x04;
+    const FNAME: u8 = 0x08;
+    const FCOMMENT: u8 = 0x10;
+    let corrupt = |why: &str| GzipError::Corrupt(format!("invalid header: {why}"));
+    let fixed = input.get(..10).ok_or(GzipError::Truncated)?;
+    if fixed[..2] != [0x1f, 0x8b] {
+        return Err(corrupt("not a gzip member"));
     }
+    if fixed[2] != 8 {
+        return Err(corrupt("compression method is not deflate"));
+    }
+    let flags = fixed[3];
+    if flags & 0xe0 != 0 {
+        return Err(corrupt("reserved flags set"));
+    }
+    let mut len = 10;
+    if flags & FEXTRA != 0 {
+        let xlen = input.get(len..len + 2).ok_or(GzipError::Truncated)?;
+        len += 2 + usize::from(u16::from_le_bytes([xlen[0], xlen[1]]));
+    }
+    for flag in [FNAME, FCOMMENT] {
+        if flags & flag != 0 {
+            let rest = input.get(len..).ok_or(GzipError::Truncated)?;
+            len += memchr::memchr(0, rest).ok_or(GzipError::Truncated)? + 1;
+        }
+    }
+    if flags & FHCRC != 0 {
+        let stored = input.get(len..len + 2).ok_or(GzipError::Truncated)?;
+        let mut crc = Crc::new();
+        crc.update(input.get(..len).unwrap_or_default());
+        if u16::from_le_bytes([stored[0], stored[1]]) != crc.sum() as u16 {
+            return Err(corrupt("header CRC does not match"));
+        }
+        len += 2;
+    }
+    if len > input.len() {
+        return Err(GzipError::Truncated);
+    }
+    Ok(len)
 }
 
 /// A first size for the inflated body: the last member's own length from its trailer

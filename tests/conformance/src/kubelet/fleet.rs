@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::{Body, Error, SimNode, full, render};
+use super::{Body, Error, SimNode, full, metrics_answer, render};
 
 /// The Unix-ms clock the fleet renders at (the wall clock in harnesses, a shared test time in
 /// tests).
@@ -32,6 +32,8 @@ pub struct FleetCounts {
     pub served: u64,
     /// TCP connections accepted.
     pub connections: u64,
+    /// Bytes of the metrics bodies served, as sent (gzipped when asked).
+    pub body_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -39,6 +41,7 @@ struct Counters {
     requests: AtomicU64,
     served: AtomicU64,
     connections: AtomicU64,
+    body_bytes: AtomicU64,
 }
 
 struct FleetNode {
@@ -166,6 +169,7 @@ impl SimFleet {
             requests: self.counters.requests.load(Ordering::Relaxed),
             served: self.counters.served.load(Ordering::Relaxed),
             connections: self.counters.connections.load(Ordering::Relaxed),
+            body_bytes: self.counters.body_bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -244,14 +248,12 @@ fn handle(node: &FleetNode, req: &Request<Incoming>) -> Response<Body> {
         let model = node.model.read().unwrap_or_else(|e| e.into_inner());
         model.stats_at((node.clock)())
     };
-    let body = render(&stats, summary);
+    let (response, len) = metrics_answer(req.headers(), summary, render(&stats, summary));
     node.counters.served.fetch_add(1, Ordering::Relaxed);
-    let content_type = if summary {
-        "application/json"
-    } else {
-        "text/plain; version=0.0.4"
-    };
-    full(StatusCode::OK, content_type, body)
+    node.counters
+        .body_bytes
+        .fetch_add(u64::try_from(len).unwrap_or(u64::MAX), Ordering::Relaxed);
+    response
 }
 
 #[cfg(test)]

@@ -130,3 +130,63 @@ proptest! {
         prop_assert_eq!(out, parts.concat());
     }
 }
+
+#[test]
+fn optional_header_fields_are_skipped_and_a_header_crc_checked() {
+    let plain = text(20);
+    let mut e = flate2::GzBuilder::new()
+        .filename("metrics.txt")
+        .comment("from a kubelet")
+        .extra(vec![1, 2, 3, 4, 5])
+        .write(Vec::new(), Compression::default());
+    e.write_all(&plain).unwrap();
+    let named = e.finish().unwrap();
+    assert_eq!(gunzip(&named, 1 << 20).unwrap().unwrap(), plain);
+    // Truncated inside the optional fields: the name has no end yet.
+    assert!(matches!(
+        gunzip(&named[..20], 1 << 20),
+        Err(GzipError::Truncated)
+    ));
+
+    // FHCRC: the low 16 bits of the CRC-32 of the header before it.
+    let plain_member = gz(&plain, 6);
+    let with_hcrc = |good: bool| {
+        let mut header = plain_member[..10].to_vec();
+        header[3] |= 0x02;
+        let mut crc = flate2::Crc::new();
+        crc.update(&header);
+        let stored = (crc.sum() as u16) ^ u16::from(!good);
+        let mut body = header;
+        body.extend_from_slice(&stored.to_le_bytes());
+        body.extend_from_slice(&plain_member[10..]);
+        body
+    };
+    assert_eq!(gunzip(&with_hcrc(true), 1 << 20).unwrap().unwrap(), plain);
+    let err = gunzip(&with_hcrc(false), 1 << 20).unwrap_err();
+    assert!(err.to_string().contains("header CRC"), "{err}");
+
+    let mut not_deflate = plain_member.clone();
+    not_deflate[2] = 7;
+    let err = gunzip(&not_deflate, 1 << 20).unwrap_err();
+    assert!(err.to_string().contains("not deflate"), "{err}");
+    let mut reserved = plain_member;
+    reserved[3] = 0x80;
+    assert!(gunzip(&reserved, 1 << 20).is_err());
+}
+
+#[test]
+fn the_deflate_state_is_kept_for_the_next_body_on_the_thread() {
+    let body = gz(&text(30), 6);
+    gunzip(&body, 1 << 20).unwrap().unwrap();
+    assert!(
+        SPARE.with(|s| s.borrow().is_some()),
+        "left for the next body"
+    );
+    let g = Gunzip::default();
+    assert!(g.inflate.is_some(), "taken by the next body");
+    assert!(SPARE.with(|s| s.borrow().is_none()));
+    drop(g);
+    // A body cut short or corrupt leaves a state that the next body resets.
+    let _ = gunzip(&body[..body.len() / 2], 1 << 20);
+    assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), text(30));
+}
