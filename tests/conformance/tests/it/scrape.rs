@@ -84,6 +84,29 @@ async fn fetches_fixture_bodies_over_one_kept_alive_connection() {
         "connections must be kept alive and reused"
     );
     assert_eq!(k.seen()[1].path, "/stats/summary?only_cpu_and_memory=true");
+    // Asked gzipped, as Go's client asks; the kubelet gzips /metrics/resource (the fixture
+    // above came back whole through the inflater) and not /stats/summary.
+    for seen in k.seen() {
+        assert_eq!(
+            seen.headers
+                .get("accept-encoding")
+                .and_then(|v| v.to_str().ok()),
+            Some("gzip")
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_compression_the_kubelet_is_asked_for_plain_text() {
+    let ca = ca();
+    let k = kubelet(&ca, "n1", |o| o).await;
+    let c = client(client::Config {
+        compression: false,
+        ..client_config(&ca)
+    });
+    let resource = c.get(&k.url("/metrics/resource")).await.unwrap();
+    assert_eq!(&resource[..], &fixture(RESOURCE)[..]);
+    assert!(k.seen()[0].headers.get("accept-encoding").is_none());
 }
 
 #[tokio::test]
