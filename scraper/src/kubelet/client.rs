@@ -479,9 +479,9 @@ impl Client {
         loop {
             match gunzip.step(input, &mut out) {
                 Ok(gzip::Step::Done) if out.len() <= limit => break,
-                Ok(gzip::Step::Done) => return Err(Failure::TooLarge(limit)),
+                Ok(gzip::Step::Done) => return Err(Failure::InflatedTooLarge(limit)),
                 Ok(gzip::Step::Full) if out.len() >= limit => {
-                    return Err(Failure::TooLarge(limit));
+                    return Err(Failure::InflatedTooLarge(limit));
                 }
                 Ok(gzip::Step::Full) => {
                     let grown = out.capacity().saturating_mul(2).clamp(1, limit);
@@ -712,6 +712,7 @@ enum Failure {
     Request(io::Error),
     Status(StatusCode),
     TooLarge(usize),
+    InflatedTooLarge(usize),
     Encoding(Box<str>),
     Body(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -732,6 +733,7 @@ impl Failure {
             Failure::Request(source) => Error::Request { peer, source },
             Failure::Status(status) => Error::Status { peer, status },
             Failure::TooLarge(limit_bytes) => Error::BodyTooLarge { peer, limit_bytes },
+            Failure::InflatedTooLarge(limit_bytes) => Error::InflatedTooLarge { peer, limit_bytes },
             Failure::Encoding(encoding) => Error::Encoding { peer, encoding },
             Failure::Body(source) => Error::Body { peer, source },
         }

@@ -146,6 +146,17 @@ pub enum Error {
         /// The limit.
         limit_bytes: usize,
     },
+    /// The gzipped body inflated past the configured limit; inflating stopped there.
+    #[error(
+        "GET {}: kubelet response body inflates (gzip) to more than {limit_bytes} bytes, refused (--kubelet-max-body-bytes)",
+        .peer.url
+    )]
+    InflatedTooLarge {
+        /// The kubelet.
+        peer: Box<Peer>,
+        /// The limit.
+        limit_bytes: usize,
+    },
     /// The body is in a `Content-Encoding` we cannot read (we read gzip).
     #[error(
         "GET {}: kubelet response body is in Content-Encoding {encoding:?}, which this server cannot read (it reads gzip)",
@@ -193,7 +204,7 @@ impl Error {
             Error::BadCertificate { .. } => "tls_bad_certificate",
             Error::Tls { .. } => "tls",
             Error::Status { .. } => "status",
-            Error::BodyTooLarge { .. } => "body_too_large",
+            Error::BodyTooLarge { .. } | Error::InflatedTooLarge { .. } => "body_too_large",
             Error::Encoding { .. } => "content_encoding",
             Error::Body { .. } => "body",
             Error::Request { .. } => "request",
@@ -214,6 +225,7 @@ impl Error {
             | Error::Tls { peer, .. }
             | Error::Status { peer, .. }
             | Error::BodyTooLarge { peer, .. }
+            | Error::InflatedTooLarge { peer, .. }
             | Error::Encoding { peer, .. }
             | Error::Body { peer, .. }
             | Error::Request { peer, .. } => Some(peer),

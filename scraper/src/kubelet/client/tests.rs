@@ -201,7 +201,9 @@ async fn a_gzip_bomb_is_refused_at_the_limit_and_its_room_given_back() {
     let err = c.get(&s.url).await.unwrap_err();
     assert_eq!(err.reason(), "body_too_large", "{err}");
     assert!(
-        err.to_string().contains("larger than 1048576 bytes"),
+        err.to_string().contains(
+            "inflates (gzip) to more than 1048576 bytes, refused (--kubelet-max-body-bytes)"
+        ),
         "{err}"
     );
     assert_eq!(c.inner.budget.available_permits(), full);
