@@ -466,36 +466,29 @@ impl Client {
         Ok((body, clean && head.reusable))
     }
 
-    /// Inflates a gzipped body into a buffer sized from its trailer, grown (room taken from
-    /// the budget first) by doubling up to the body limit, which the inflated size must keep
-    /// too; the compressed body's room is given back when it is done.
+    /// Inflates a gzipped body ([`gzip::Inflate`]: a buffer sized from its trailer, doubled up
+    /// to the body limit), taking each growth's room from the budget first; the compressed
+    /// body's room is given back when it is done.
     async fn gunzip(&self, body: Body) -> Result<Body, Failure> {
         let limit = self.inner.max_body_bytes;
         let input = &body.bytes[..];
-        let first = gzip::size_hint(input, limit).max(1);
-        let mut held = take(&self.inner.budget, units(first)).await?;
-        let mut out: Vec<u8> = Vec::with_capacity(first);
-        let mut gunzip = gzip::Gunzip::default();
+        let mut inflate = gzip::Inflate::new(input, limit);
+        let mut held = take(&self.inner.budget, units(inflate.capacity())).await?;
         loop {
-            match gunzip.step(input, &mut out) {
-                Ok(gzip::Step::Done) if out.len() <= limit => break,
-                Ok(gzip::Step::Done) => return Err(Failure::InflatedTooLarge(limit)),
-                Ok(gzip::Step::Full) if out.len() >= limit => {
-                    return Err(Failure::InflatedTooLarge(limit));
-                }
-                Ok(gzip::Step::Full) => {
-                    let grown = out.capacity().saturating_mul(2).clamp(1, limit);
-                    let more = units(grown).saturating_sub(held.num_permits());
+            match inflate.run(input).map_err(|e| Failure::Body(e.into()))? {
+                gzip::Need::Nothing => break,
+                gzip::Need::OverLimit => return Err(Failure::InflatedTooLarge(limit)),
+                gzip::Need::Room(capacity) => {
+                    let more = units(capacity).saturating_sub(held.num_permits());
                     if more > 0 {
                         held.merge(take(&self.inner.budget, more).await?);
                     }
-                    out.reserve_exact(grown - out.len());
+                    inflate.grow(capacity);
                 }
-                Err(e) => return Err(Failure::Body(e.into())),
             }
         }
         Ok(Body {
-            bytes: Bytes::from(out),
+            bytes: Bytes::from(inflate.into_inner()),
             _budget: held,
         })
     }

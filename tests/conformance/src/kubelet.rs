@@ -16,6 +16,8 @@
 
 mod fleet;
 mod model;
+#[cfg(test)]
+mod tests;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -235,6 +237,8 @@ struct Inner {
     fault: RwLock<Fault>,
     requests: AtomicU64,
     connections: AtomicU64,
+    /// Bytes of the metrics bodies answered in full, as sent (gzipped when asked).
+    body_bytes: AtomicU64,
     seen: Mutex<Vec<Seen>>,
 }
 
@@ -327,6 +331,7 @@ impl SimKubelet {
             fault: RwLock::new(options.fault),
             requests: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            body_bytes: AtomicU64::new(0),
             seen: Mutex::new(Vec::new()),
         });
         let shutdown = CancellationToken::new();
@@ -437,6 +442,12 @@ impl SimKubelet {
     /// TCP connections accepted so far (kept-alive clients reuse one).
     pub fn connections(&self) -> u64 {
         self.inner.connections.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the metrics bodies answered in full so far, as sent: gzipped ones count their
+    /// compressed bytes (faults' bodies are not counted).
+    pub fn body_bytes(&self) -> u64 {
+        self.inner.body_bytes.load(Ordering::Relaxed)
     }
 
     /// The requests seen so far, oldest first (at most the last 4096).
@@ -702,7 +713,13 @@ async fn handle(
     match fault {
         Fault::Trickle(every) => partial(content_type(summary), body, Some(every)),
         Fault::CutMidBody => partial(content_type(summary), body, None),
-        _ => metrics_answer(req.headers(), summary, body).0,
+        _ => {
+            let (response, len) = metrics_answer(req.headers(), summary, body);
+            inner
+                .body_bytes
+                .fetch_add(u64::try_from(len).unwrap_or(u64::MAX), Ordering::Relaxed);
+            response
+        }
     }
 }
 

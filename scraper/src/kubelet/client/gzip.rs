@@ -68,9 +68,10 @@ impl Default for Gunzip {
 }
 
 impl Drop for Gunzip {
+    /// Leaves the state for the next body on this thread (which resets it at its first
+    /// member's header).
     fn drop(&mut self) {
-        if let Some(mut inflate) = self.inflate.take() {
-            inflate.reset(false);
+        if let Some(inflate) = self.inflate.take() {
             SPARE.with(|s| {
                 s.borrow_mut().get_or_insert(inflate);
             });
@@ -207,19 +208,74 @@ pub fn size_hint(input: &[u8], limit: usize) -> usize {
         .min(limit)
 }
 
-/// Inflates `input` whole into at most `limit` bytes (for tests and benchmarks; the client
-/// grows its buffer within its byte budget instead).
+/// What [`Inflate::run`] needs next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Nothing: the body is inflated, within the limit.
+    Nothing,
+    /// Room for this many bytes in all (the caller takes it from its budget, then calls
+    /// [`Inflate::grow`]).
+    Room(usize),
+    /// The body inflates past the limit.
+    OverLimit,
+}
+
+/// A gzip body inflating into a buffer that starts at [`size_hint`] and doubles, never past
+/// `limit`: the policy the client (which takes each growth's room from its budget first) and
+/// [`gunzip`] share.
+pub struct Inflate {
+    gunzip: Gunzip,
+    out: Vec<u8>,
+    limit: usize,
+}
+
+impl Inflate {
+    /// Ready to inflate `input` (the whole body) into at most `limit` bytes.
+    pub fn new(input: &[u8], limit: usize) -> Self {
+        Inflate {
+            gunzip: Gunzip::default(),
+            out: Vec::with_capacity(size_hint(input, limit).max(1)),
+            limit,
+        }
+    }
+
+    /// The room the output holds now (its first size, before any growth).
+    pub fn capacity(&self) -> usize {
+        self.out.capacity()
+    }
+
+    /// Inflates `input` (the same slice at every call) until it is done, past the limit, or
+    /// the output needs room.
+    pub fn run(&mut self, input: &[u8]) -> Result<Need, GzipError> {
+        Ok(match self.gunzip.step(input, &mut self.out)? {
+            Step::Done if self.out.len() <= self.limit => Need::Nothing,
+            Step::Done => Need::OverLimit,
+            Step::Full if self.out.len() >= self.limit => Need::OverLimit,
+            Step::Full => Need::Room(self.out.capacity().saturating_mul(2).clamp(1, self.limit)),
+        })
+    }
+
+    /// Grows the output to `capacity` bytes in all (what [`Need::Room`] asked for).
+    pub fn grow(&mut self, capacity: usize) {
+        self.out
+            .reserve_exact(capacity.saturating_sub(self.out.len()));
+    }
+
+    /// The inflated body.
+    pub fn into_inner(self) -> Vec<u8> {
+        self.out
+    }
+}
+
+/// Inflates `input` whole into at most `limit` bytes; `None` past it (for tests, benchmarks
+/// and fuzzing; the client runs [`Inflate`] within its byte budget instead).
 pub fn gunzip(input: &[u8], limit: usize) -> Result<Option<Vec<u8>>, GzipError> {
-    let mut out = Vec::with_capacity(size_hint(input, limit).max(1));
-    let mut gunzip = Gunzip::default();
+    let mut inflate = Inflate::new(input, limit);
     loop {
-        match gunzip.step(input, &mut out)? {
-            Step::Done => return Ok((out.len() <= limit).then_some(out)),
-            Step::Full if out.len() >= limit => return Ok(None),
-            Step::Full => {
-                let grown = out.capacity().saturating_mul(2).clamp(1, limit);
-                out.reserve_exact(grown - out.len());
-            }
+        match inflate.run(input)? {
+            Need::Nothing => return Ok(Some(inflate.into_inner())),
+            Need::OverLimit => return Ok(None),
+            Need::Room(capacity) => inflate.grow(capacity),
         }
     }
 }

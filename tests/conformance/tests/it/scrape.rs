@@ -84,8 +84,15 @@ async fn fetches_fixture_bodies_over_one_kept_alive_connection() {
         "connections must be kept alive and reused"
     );
     assert_eq!(k.seen()[1].path, "/stats/summary?only_cpu_and_memory=true");
-    // Asked gzipped, as Go's client asks; the kubelet gzips /metrics/resource (the fixture
-    // above came back whole through the inflater) and not /stats/summary.
+    // Asked gzipped, as Go's client asks; the kubelet gzipped /metrics/resource (twice; the
+    // fixture above came back whole through the inflater) and not /stats/summary.
+    let resource_len = fixture(RESOURCE).len() as u64;
+    let summary_len = fixture(SUMMARY).len() as u64;
+    assert!(
+        k.body_bytes() < summary_len + resource_len / 2,
+        "{} bytes sent",
+        k.body_bytes()
+    );
     for seen in k.seen() {
         assert_eq!(
             seen.headers
@@ -107,6 +114,7 @@ async fn without_compression_the_kubelet_is_asked_for_plain_text() {
     let resource = c.get(&k.url("/metrics/resource")).await.unwrap();
     assert_eq!(&resource[..], &fixture(RESOURCE)[..]);
     assert!(k.seen()[0].headers.get("accept-encoding").is_none());
+    assert_eq!(k.body_bytes(), fixture(RESOURCE).len() as u64);
 }
 
 #[tokio::test]

@@ -87,19 +87,34 @@ fn a_small_body_that_inflates_past_the_limit_stops_at_the_limit() {
     let bomb = gz(&vec![0u8; 16 << 20], 1);
     let limit = 1 << 20;
     assert!(bomb.len() < limit / 4, "{}", bomb.len());
-    assert!(size_hint(&bomb, limit) <= limit);
-    let mut out = Vec::with_capacity(4096);
-    let mut g = Gunzip::default();
+    let mut inflate = Inflate::new(&bomb, limit);
+    assert!(inflate.capacity() <= limit);
     loop {
-        match g.step(&bomb, &mut out).unwrap() {
-            Step::Done => panic!("inflated {} bytes past the limit", out.len()),
-            Step::Full if out.len() >= limit => break,
-            Step::Full => out.reserve_exact((out.capacity() * 2).min(limit) - out.len()),
+        match inflate.run(&bomb).unwrap() {
+            Need::Nothing => panic!("inflated {} bytes past the limit", inflate.out.len()),
+            Need::OverLimit => break,
+            Need::Room(capacity) => {
+                assert!(capacity <= limit, "asked for {capacity}");
+                inflate.grow(capacity);
+            }
         }
     }
-    assert_eq!(out.len(), limit);
-    assert!(out.capacity() <= limit + 4096);
+    assert_eq!(inflate.out.len(), limit);
+    assert!(inflate.out.capacity() <= limit + 4096);
     assert_eq!(gunzip(&bomb, limit).unwrap(), None);
+}
+
+#[test]
+fn a_body_of_exactly_the_limit_passes_and_one_byte_more_does_not() {
+    let plain = text(100);
+    let body = gz(&plain, 6);
+    assert_eq!(gunzip(&body, plain.len()).unwrap().unwrap(), plain);
+    assert_eq!(gunzip(&body, plain.len() - 1).unwrap(), None);
+    // Two members: the first size is the last one's, so the output grows to the limit.
+    let mut two = gz(&plain[..10], 6);
+    two.extend(gz(&plain[10..], 6));
+    assert_eq!(gunzip(&two, plain.len()).unwrap().unwrap(), plain);
+    assert_eq!(gunzip(&two, plain.len() - 1).unwrap(), None);
 }
 
 #[test]
