@@ -355,6 +355,7 @@ pub async fn run_with(
             authentication,
             authorization,
             clock: None,
+            node_series: Some(metrics.node_series()),
         },
         registry,
     );

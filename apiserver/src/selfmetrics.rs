@@ -4,9 +4,12 @@
 //! request counters this module owns.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderValue, Response, header};
+use http_body_util::BodyExt as _;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -15,6 +18,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use scraper::metrics::{NodeSeries, NodeText};
+
+use crate::api::body::{Frames, Streamed};
 use crate::body::Body;
 
 /// `Content-Type` of the Prometheus text format, as Go's `expfmt.FmtText`.
@@ -348,12 +354,33 @@ pub fn encode(registry: &Registry, format: Format) -> Result<String, std::fmt::E
     })
 }
 
-/// The `/metrics` response.
-pub fn response(registry: &Registry, accept: Option<&HeaderValue>) -> Response<Body> {
+/// The `/metrics` response: `registry`'s families, then `nodes`' (those with a series per
+/// node, ~15 lines each), which are written a frame at a time as the client reads them.
+pub fn response(
+    registry: &Registry,
+    nodes: Option<&Arc<NodeSeries>>,
+    accept: Option<&HeaderValue>,
+) -> Response<Body> {
     let format = Format::negotiate(accept);
     match encode(registry, format) {
-        Ok(text) => {
-            let mut response = Response::new(crate::body::full(text));
+        Ok(mut text) => {
+            let body = match nodes {
+                None => crate::body::full(text),
+                Some(nodes) => {
+                    // OpenMetrics' `# EOF` goes after the streamed families.
+                    let eof = text.ends_with(EOF);
+                    if eof {
+                        text.truncate(text.len() - EOF.len());
+                    }
+                    let frames = NodeFrames {
+                        text: nodes.text(),
+                        tail: if eof { EOF.as_bytes() } else { b"" },
+                        done: false,
+                    };
+                    Streamed::new(frames, Some(Bytes::from(text))).boxed()
+                }
+            };
+            let mut response = Response::new(body);
             let content_type = match format {
                 Format::Prometheus => PROMETHEUS_TEXT,
                 Format::OpenMetrics => OPENMETRICS_TEXT,
@@ -364,6 +391,29 @@ pub fn response(registry: &Registry, accept: Option<&HeaderValue>) -> Response<B
             response
         }
         Err(_) => crate::status::Status::internal("encoding metrics failed").into_response(),
+    }
+}
+
+/// OpenMetrics' terminator, as prometheus-client writes it.
+const EOF: &str = "# EOF\n";
+
+/// The per-node families' frames, then the document's tail.
+struct NodeFrames {
+    text: NodeText,
+    tail: &'static [u8],
+    done: bool,
+}
+
+impl Frames for NodeFrames {
+    fn fill(&mut self, out: &mut Vec<u8>, target: usize) {
+        if !self.text.write_to(out, target) {
+            out.extend_from_slice(self.tail);
+            self.done = true;
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.done
     }
 }
 
@@ -573,7 +623,78 @@ mod tests {
         );
         assert_eq!(Format::negotiate(None), Format::Prometheus);
         let registry = Registry::default();
-        let r = response(&registry, None);
+        let r = response(&registry, None, None);
         assert_eq!(r.headers()[header::CONTENT_TYPE], PROMETHEUS_TEXT);
+    }
+
+    /// The whole body of `response`, and its frames' sizes.
+    fn drain(response: Response<Body>) -> (String, Vec<usize>) {
+        let mut body = std::pin::pin!(response.into_body());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let (mut text, mut frames) = (Vec::new(), Vec::new());
+        while let std::task::Poll::Ready(Some(Ok(frame))) =
+            http_body::Body::poll_frame(body.as_mut(), &mut cx)
+        {
+            let data = frame.into_data().unwrap();
+            frames.push(data.len());
+            text.extend_from_slice(&data);
+        }
+        (String::from_utf8(text).unwrap(), frames)
+    }
+
+    #[test]
+    fn per_node_families_are_streamed_after_the_registry_in_both_formats() {
+        let mut registry = Registry::default();
+        let metrics = scraper::metrics::Metrics::new(&mut registry, Duration::from_secs(15));
+        let nodes = 2_000;
+        for i in 0..nodes {
+            metrics.observe_request(
+                &format!("node-{i:05}"),
+                Duration::from_millis(30),
+                true,
+                1.7e9,
+            );
+        }
+        let series = metrics.node_series();
+        let mut per_node = Vec::new();
+        series.write_all(&mut per_node);
+        let per_node = String::from_utf8(per_node).unwrap();
+
+        let accept = HeaderValue::from_static("application/openmetrics-text;version=1.0.0");
+        for (accept, format) in [
+            (None, Format::Prometheus),
+            (Some(&accept), Format::OpenMetrics),
+        ] {
+            let (text, frames) = drain(response(&registry, Some(&series), accept));
+            let head = encode(&registry, format).unwrap();
+            let head = head.strip_suffix(EOF).unwrap_or(&head);
+            let tail = if format == Format::OpenMetrics {
+                EOF
+            } else {
+                ""
+            };
+            assert_eq!(text, format!("{head}{per_node}{tail}"), "{format:?}");
+            // ~2.9 MB in frames of about a list's, none much larger.
+            assert!(text.len() > 2_000_000, "{}", text.len());
+            assert!(frames.len() > 10, "{format:?}: {frames:?}");
+            let limit = crate::api::body::CHUNK_BYTES + crate::api::body::FRAME_SLACK_BYTES;
+            assert!(frames.iter().all(|&n| n <= limit), "{frames:?}");
+            // Every node in each family, and the families once each.
+            assert_eq!(
+                text.matches("metrics_server_kubelet_request_duration_seconds_count{")
+                    .count(),
+                nodes
+            );
+            assert_eq!(
+                text.matches("metrics_server_kubelet_last_request_time_seconds{")
+                    .count(),
+                nodes
+            );
+            assert_eq!(
+                text.matches("# TYPE metrics_server_kubelet_request_duration_seconds ")
+                    .count(),
+                1
+            );
+        }
     }
 }

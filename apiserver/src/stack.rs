@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use scraper::inventory::Inventory;
+use scraper::metrics::NodeSeries;
 use scraper::scrape::Progress;
 use scraper::selector::LabelSelector;
 use scraper::store::Store;
@@ -46,6 +47,9 @@ pub struct Parts {
     pub authorization: Vec<Arc<dyn Filter>>,
     /// The wall clock (Unix ns) of responses and of the cold-store rule; `None`: the real one.
     pub clock: Option<fn() -> i64>,
+    /// The scrape loop's per-node metric families, which `/metrics` writes after the
+    /// registry's (`scraper::metrics::Metrics::node_series`); `None`: no scrape loop.
+    pub node_series: Option<Arc<NodeSeries>>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -80,6 +84,7 @@ impl Parts {
             authentication: Vec::new(),
             authorization: Vec::new(),
             clock: None,
+            node_series: None,
         }
     }
 }
@@ -135,6 +140,9 @@ pub fn build_router(parts: Parts, mut registry: Registry) -> Stack {
     let mut router = Router::new(health.clone(), api, registry.clone(), requests);
     if let Some(clock) = parts.clock {
         router = router.with_clock(clock);
+    }
+    if let Some(series) = parts.node_series {
+        router = router.with_node_series(series);
     }
     let router = filters.into_iter().fold(router, Router::with_filter);
     Stack {

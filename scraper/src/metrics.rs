@@ -1,9 +1,21 @@
 //! Scraper self-metrics: the `metrics_server_*` families of metrics-server §3.6 / §5.4 with
 //! their exact names, types, labels and `[ALPHA] ` help, plus one extra family of failures by
 //! reason (deliberately without the `metrics_server_` prefix: that set is asserted exactly).
+//!
+//! The two families with a series per node are not in the registry: [`NodeSeries`] keeps
+//! them and writes their text a few dozen nodes at a time ([`NodeText`]), so `/metrics` on
+//! a 5,000-node cluster (~75,000 lines, 6 MB) is streamed in small frames, not built in one
+//! string and then copied into another (which left its ~12 MB with the allocator).
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::ops::Bound;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -18,12 +30,6 @@ use crate::store::Points;
 pub const DEF_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-
-/// `{node="..."}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct NodeLabel {
-    node: String,
-}
 
 /// `{success="true"|"false"}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -43,12 +49,6 @@ struct ReasonLabel {
     reason: &'static str,
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn def_histogram() -> Histogram {
-    Histogram::new(DEF_BUCKETS)
-}
-
 /// metrics-server `pkg/utils/monitoring.go` `BucketsForScrapeDuration`: `DefBuckets` plus,
 /// when the resolution exceeds 10 s, `[10+(r-10)/2, r, 1.5r, 2r]`.
 pub fn tick_buckets(resolution: Duration) -> Vec<f64> {
@@ -63,9 +63,8 @@ pub fn tick_buckets(resolution: Duration) -> Vec<f64> {
 /// The scraper's metric families.
 #[derive(Debug)]
 pub struct Metrics {
-    request_duration: HistogramFamily<NodeLabel>,
+    nodes: Arc<NodeSeries>,
     request_total: Family<SuccessLabel, Counter>,
-    last_request_time: Family<NodeLabel, Gauge<f64, AtomicU64>>,
     tick_duration: Histogram,
     storage_points: Family<TypeLabel, Gauge>,
     failures: Family<ReasonLabel, Counter>,
@@ -80,25 +79,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates and registers the families on `registry`. `resolution` shapes the tick
-    /// histogram buckets.
+    /// Creates and registers the families on `registry`, except the per-node ones, which
+    /// [`node_series`](Self::node_series) writes. `resolution` shapes the tick histogram
+    /// buckets.
     pub fn new(registry: &mut Registry, resolution: Duration) -> Self {
         let metrics = Metrics::unregistered(resolution);
         // prometheus-client appends "." to HELP and "_total" to counter samples.
         registry.register(
-            "metrics_server_kubelet_request_duration_seconds",
-            "[ALPHA] Duration of requests to Kubelet API in seconds",
-            metrics.request_duration.clone(),
-        );
-        registry.register(
             "metrics_server_kubelet_request",
             "[ALPHA] Number of requests sent to Kubelet API",
             metrics.request_total.clone(),
-        );
-        registry.register(
-            "metrics_server_kubelet_last_request_time_seconds",
-            "[ALPHA] Time of last request performed to Kubelet API since unix epoch in seconds",
-            metrics.last_request_time.clone(),
         );
         registry.register(
             "metrics_server_manager_tick_duration_seconds",
@@ -121,9 +111,8 @@ impl Metrics {
     fn unregistered(resolution: Duration) -> Self {
         let buckets = tick_buckets(resolution);
         Metrics {
-            request_duration: Family::new_with_constructor(def_histogram),
+            nodes: Arc::default(),
             request_total: Family::default(),
-            last_request_time: Family::default(),
             tick_duration: Histogram::new(buckets),
             storage_points: Family::default(),
             failures: Family::default(),
@@ -140,15 +129,8 @@ impl Metrics {
         success: bool,
         finished_unix_s: f64,
     ) {
-        let label = NodeLabel {
-            node: node.to_owned(),
-        };
-        self.request_duration
-            .get_or_create(&label)
-            .observe(duration.as_secs_f64());
-        self.last_request_time
-            .get_or_create(&label)
-            .set(finished_unix_s);
+        self.nodes
+            .observe(node, duration.as_secs_f64(), finished_unix_s);
         self.request_total
             .get_or_create(&SuccessLabel {
                 success: if success { "true" } else { "false" },
@@ -182,11 +164,12 @@ impl Metrics {
 
     /// Removes every per-node series of a node that is gone (metrics-server #1876).
     pub fn forget_node(&self, node: &str) {
-        let label = NodeLabel {
-            node: node.to_owned(),
-        };
-        self.request_duration.remove(&label);
-        self.last_request_time.remove(&label);
+        self.nodes.nodes.lock().remove(node);
+    }
+
+    /// The per-node families, for `/metrics` to write after the registry's.
+    pub fn node_series(&self) -> Arc<NodeSeries> {
+        self.nodes.clone()
     }
 
     /// Requests counted so far with this outcome (for tests and health reporting).
@@ -211,6 +194,222 @@ impl Metrics {
     }
 }
 
+/// One node's request duration histogram (`DEF_BUCKETS`) and last request time.
+#[derive(Clone, Copy, Debug, Default)]
+struct NodeStats {
+    /// Requests that took no longer than each bound and longer than the one before.
+    buckets: [u64; DEF_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+    last_unix_s: f64,
+}
+
+/// `metrics_server_kubelet_request_duration_seconds{node}` and
+/// `metrics_server_kubelet_last_request_time_seconds{node}`, by node name.
+#[derive(Debug, Default)]
+pub struct NodeSeries {
+    nodes: Mutex<BTreeMap<Box<str>, NodeStats>>,
+}
+
+const DURATION_FAMILY: &str = "metrics_server_kubelet_request_duration_seconds";
+const LAST_TIME_FAMILY: &str = "metrics_server_kubelet_last_request_time_seconds";
+
+/// The families' heads, as prometheus-client writes them (its "." after the help).
+const DURATION_HEAD: &str = "# HELP metrics_server_kubelet_request_duration_seconds [ALPHA] \
+    Duration of requests to Kubelet API in seconds.\n\
+    # TYPE metrics_server_kubelet_request_duration_seconds histogram\n";
+const LAST_TIME_HEAD: &str = "# HELP metrics_server_kubelet_last_request_time_seconds [ALPHA] \
+    Time of last request performed to Kubelet API since unix epoch in seconds.\n\
+    # TYPE metrics_server_kubelet_last_request_time_seconds gauge\n";
+
+impl NodeSeries {
+    fn observe(&self, node: &str, seconds: f64, finished_unix_s: f64) {
+        let mut nodes = self.nodes.lock();
+        let stats = match nodes.get_mut(node) {
+            Some(stats) => stats,
+            None => nodes.entry(node.into()).or_default(),
+        };
+        if let Some(i) = DEF_BUCKETS.iter().position(|&bound| seconds <= bound) {
+            stats.buckets[i] += 1;
+        }
+        stats.count += 1;
+        stats.sum += seconds;
+        stats.last_unix_s = finished_unix_s;
+    }
+
+    /// Nodes with series.
+    pub fn len(&self) -> usize {
+        self.nodes.lock().len()
+    }
+
+    /// Whether no node has series.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The families' text from the start, to be written a part at a time.
+    pub fn text(self: &Arc<Self>) -> NodeText {
+        NodeText {
+            series: self.clone(),
+            family: Some(NodeFamily::Duration),
+            after: None,
+        }
+    }
+
+    /// The families' whole text (Prometheus text and OpenMetrics alike).
+    pub fn write_all(self: &Arc<Self>, out: &mut Vec<u8>) {
+        let mut text = self.text();
+        while text.write_to(out, usize::MAX) {}
+    }
+}
+
+/// Which of the two families a [`NodeText`] is writing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeFamily {
+    Duration,
+    LastTime,
+}
+
+/// Where a [`NodeSeries`]' text has got to: the family, and the last node written. Nodes come
+/// in name order; one that appears (or goes) while the text is written shows (or not) in a
+/// family whose turn has not passed its name, as in a list read in pages.
+#[derive(Debug)]
+pub struct NodeText {
+    series: Arc<NodeSeries>,
+    family: Option<NodeFamily>,
+    after: Option<Box<str>>,
+}
+
+impl NodeText {
+    /// Appends whole nodes' lines (a family's head first) until `out` holds at least `limit`
+    /// bytes or the text is complete, at least one node's when there is one; returns whether
+    /// there is more to write. The series' lock is taken for [`NODES_PER_LOCK`] nodes at a
+    /// time, so a scrape that records its request waits for no more than their lines.
+    pub fn write_to(&mut self, out: &mut Vec<u8>, limit: usize) -> bool {
+        loop {
+            match self.write_some(out, limit) {
+                Some(true) if out.len() < limit => {}
+                Some(more) => return more,
+                None => return false,
+            }
+        }
+    }
+
+    /// Up to [`NODES_PER_LOCK`] nodes' lines, under one lock; `None` once complete.
+    fn write_some(&mut self, out: &mut Vec<u8>, limit: usize) -> Option<bool> {
+        let family = self.family?;
+        let nodes = self.series.nodes.lock();
+        let from = match &self.after {
+            None => {
+                out.extend_from_slice(match family {
+                    NodeFamily::Duration => DURATION_HEAD.as_bytes(),
+                    NodeFamily::LastTime => LAST_TIME_HEAD.as_bytes(),
+                });
+                Bound::Unbounded
+            }
+            Some(after) => Bound::Excluded(&**after),
+        };
+        let mut written = 0;
+        for (name, stats) in nodes.range::<str, _>((from, Bound::Unbounded)) {
+            match family {
+                NodeFamily::Duration => write_duration(out, name, stats),
+                NodeFamily::LastTime => {
+                    let _ = writeln!(
+                        out,
+                        "{LAST_TIME_FAMILY}{{node=\"{}\"}} {}",
+                        Escaped(name),
+                        Float(stats.last_unix_s)
+                    );
+                }
+            }
+            written += 1;
+            if out.len() >= limit || written == NODES_PER_LOCK {
+                self.after = Some(name.clone());
+                return Some(true);
+            }
+        }
+        self.after = None;
+        self.family = match family {
+            NodeFamily::Duration => Some(NodeFamily::LastTime),
+            NodeFamily::LastTime => None,
+        };
+        Some(self.family.is_some())
+    }
+}
+
+/// Nodes written under one lock of the series: ~80 KB of text.
+pub const NODES_PER_LOCK: usize = 64;
+
+/// `le` of each of `DEF_BUCKETS`, as prometheus-client writes them.
+const LE: [&str; DEF_BUCKETS.len()] = [
+    "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0",
+];
+
+fn write_duration(out: &mut Vec<u8>, name: &str, stats: &NodeStats) {
+    let node = Escaped(name);
+    let _ = writeln!(
+        out,
+        "{DURATION_FAMILY}_sum{{node=\"{node}\"}} {}",
+        Float(stats.sum)
+    );
+    let _ = writeln!(
+        out,
+        "{DURATION_FAMILY}_count{{node=\"{node}\"}} {}",
+        stats.count
+    );
+    let mut cumulative = 0u64;
+    for (le, n) in LE.iter().zip(stats.buckets) {
+        cumulative += n;
+        let _ = writeln!(
+            out,
+            "{DURATION_FAMILY}_bucket{{node=\"{node}\",le=\"{le}\"}} {cumulative}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{DURATION_FAMILY}_bucket{{node=\"{node}\",le=\"+Inf\"}} {}",
+        stats.count
+    );
+}
+
+/// A label value with `\`, `"` and newlines escaped, as the text formats want.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.0;
+        if !s.contains(['\\', '"', '\n']) {
+            return f.write_str(s);
+        }
+        for c in s.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A sample value: the shortest text that reads back as the same `f64`, with `.0` on whole
+/// numbers (as prometheus-client writes them), and the text formats' names for the rest.
+struct Float(f64);
+
+impl std::fmt::Display for Float {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.0;
+        if v.is_nan() {
+            f.write_str("NaN")
+        } else if v.is_infinite() {
+            f.write_str(if v > 0.0 { "+Inf" } else { "-Inf" })
+        } else {
+            write!(f, "{v:?}")
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -223,7 +422,14 @@ mod tests {
         metrics_setup(&metrics);
         let mut out = String::new();
         encode(&mut out, &registry).unwrap();
+        out.push_str(&whole(&metrics.node_series()));
         out
+    }
+
+    fn whole(series: &Arc<NodeSeries>) -> String {
+        let mut out = Vec::new();
+        series.write_all(&mut out);
+        String::from_utf8(out).unwrap()
     }
 
     fn families(text: &str, prefix: &str) -> Vec<String> {
@@ -283,12 +489,18 @@ mod tests {
         assert!(text.contains(
             "metrics_server_kubelet_last_request_time_seconds{node=\"n1\"} 1700000000.5"
         ));
+        assert!(text.contains(
+            "metrics_server_kubelet_request_duration_seconds_bucket{node=\"n1\",le=\"0.05\"} 1"
+        ));
+        // 20 s is past the last bound: only in +Inf.
+        assert!(text.contains(
+            "metrics_server_kubelet_request_duration_seconds_bucket{node=\"n2\",le=\"10.0\"} 0"
+        ));
+        assert!(text.contains(
+            "metrics_server_kubelet_request_duration_seconds_bucket{node=\"n2\",le=\"+Inf\"} 1"
+        ));
         assert!(
-            text.contains(
-                "metrics_server_kubelet_request_duration_seconds_bucket{le=\"0.05\",node=\"n1\"} 1"
-            ) || text.contains(
-                "metrics_server_kubelet_request_duration_seconds_bucket{node=\"n1\",le=\"0.05\"} 1"
-            )
+            text.contains("metrics_server_kubelet_request_duration_seconds_sum{node=\"n2\"} 20.0")
         );
         assert!(text.contains("metrics_server_storage_points{type=\"node\"} 2"));
         assert!(text.contains("metrics_server_storage_points{type=\"container\"} 7"));
@@ -328,5 +540,178 @@ mod tests {
         assert!(text.contains("node=\"kept\""));
         // The success counter is cluster-wide and keeps counting.
         assert!(text.contains("metrics_server_kubelet_request_total{success=\"true\"} 2"));
+    }
+
+    /// The per-node families as prometheus-client wrote them when they were registry
+    /// families, for the same observations: the streamed text must say the same.
+    #[test]
+    fn node_series_say_what_the_registry_families_said() {
+        use prometheus_client::metrics::gauge::Gauge;
+        #[derive(
+            Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet,
+        )]
+        struct NodeLabel {
+            node: String,
+        }
+        let observations = [
+            ("b", 0.004, 1_700_000_000.25),
+            ("a", 0.3, 1_700_000_001.0),
+            ("b", 7.5, 1_700_000_015.5),
+            ("c", 0.01, 17.0),
+            ("a", 11.0, 1e-7),
+        ];
+        let mut registry = Registry::default();
+        let durations =
+            Family::<NodeLabel, Histogram>::new_with_constructor(|| Histogram::new(DEF_BUCKETS));
+        let last: Family<NodeLabel, Gauge<f64, AtomicU64>> = Family::default();
+        registry.register(
+            "metrics_server_kubelet_request_duration_seconds",
+            "[ALPHA] Duration of requests to Kubelet API in seconds",
+            durations.clone(),
+        );
+        registry.register(
+            "metrics_server_kubelet_last_request_time_seconds",
+            "[ALPHA] Time of last request performed to Kubelet API since unix epoch in seconds",
+            last.clone(),
+        );
+        let series = Arc::new(NodeSeries::default());
+        for (node, seconds, at) in observations {
+            let label = NodeLabel {
+                node: node.to_owned(),
+            };
+            durations.get_or_create(&label).observe(seconds);
+            last.get_or_create(&label).set(at);
+            series.observe(node, seconds, at);
+        }
+        let mut want = String::new();
+        encode(&mut want, &registry).unwrap();
+        let mut got = whole(&series);
+        got.push_str("# EOF\n");
+        // The same lines, each family's together; the order of series and labels may differ.
+        let normalize = |text: &str| {
+            let mut lines: Vec<String> = text
+                .lines()
+                .map(|l| {
+                    // `{le="x",node="y"}` (prometheus-client) and `{node="y",le="x"}` (ours).
+                    match (l.find("{le=\""), l.find("\",node=")) {
+                        (Some(open), Some(comma)) => {
+                            let le = &l[open + 1..comma + 1];
+                            let close = l.rfind('}').unwrap();
+                            let node = &l[comma + 2..close];
+                            format!("{}{{{node},{le}}}{}", &l[..open], &l[close + 1..])
+                        }
+                        _ => l.to_owned(),
+                    }
+                })
+                .collect();
+            lines.sort();
+            lines
+        };
+        assert_eq!(normalize(&got), normalize(&want), "{got}\n---\n{want}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        // prometheus-client writes a quote in a label value as it is, which no parser reads.
+        let series = Arc::new(NodeSeries::default());
+        series.observe("a\"b\\c\nd", 0.02, 1.0);
+        let out = whole(&series);
+        assert!(
+            out.contains("_last_request_time_seconds{node=\"a\\\"b\\\\c\\nd\"} 1.0\n"),
+            "{out}"
+        );
+        assert_eq!(out.lines().count(), 4 + 14 + 1, "{out}");
+    }
+
+    #[test]
+    fn node_text_comes_in_parts_of_whole_nodes_in_name_order() {
+        let series = Arc::new(NodeSeries::default());
+        for i in (0..100).rev() {
+            series.observe(&format!("node-{i:03}"), 0.02, f64::from(i));
+        }
+        let whole = whole(&series);
+
+        let mut text = series.text();
+        let mut parts = Vec::new();
+        loop {
+            let mut part = Vec::new();
+            let more = text.write_to(&mut part, 4096);
+            parts.push(String::from_utf8(part).unwrap());
+            if !more {
+                break;
+            }
+        }
+        assert!(!text.write_to(&mut Vec::new(), 4096), "ended");
+        assert_eq!(parts.concat(), whole);
+        // A part ends after the node that took it past the limit: one node's histogram is
+        // ~1.3 KB, so no part is larger than the limit and one node.
+        assert!(parts.len() > 5, "{} parts", parts.len());
+        // Only the call that finds the end may write nothing: a part that ends a family
+        // goes on with the next.
+        let (last, written) = parts.split_last().unwrap();
+        assert!(last.is_empty() || last.ends_with('\n'));
+        for part in written {
+            assert!(part.len() < 4096 + 2048, "{}", part.len());
+            assert!(part.ends_with('\n'), "{part}");
+        }
+        // Every node of each family, in name order.
+        let nodes = |prefix: &str| -> Vec<String> {
+            whole
+                .lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(|l| {
+                    l[l.find("node=\"").unwrap() + 6..]
+                        .split('"')
+                        .next()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect()
+        };
+        let names: Vec<String> = (0..100).map(|i| format!("node-{i:03}")).collect();
+        assert_eq!(
+            nodes("metrics_server_kubelet_request_duration_seconds_count"),
+            names
+        );
+        assert_eq!(
+            nodes("metrics_server_kubelet_last_request_time_seconds{"),
+            names
+        );
+    }
+
+    #[test]
+    fn node_text_with_nodes_coming_and_going_between_parts() {
+        let series = Arc::new(NodeSeries::default());
+        for name in ["a", "c", "e"] {
+            series.observe(name, 0.02, 1.0);
+        }
+        let mut text = series.text();
+        let mut out = Vec::new();
+        // The head and node "a" of the duration family.
+        assert!(text.write_to(&mut out, 1));
+        series.observe("0", 0.02, 2.0);
+        series.observe("f", 0.02, 2.0);
+        series.nodes.lock().remove("c");
+        while text.write_to(&mut out, usize::MAX) {}
+        let out = String::from_utf8(out).unwrap();
+        let count_lines: Vec<&str> = out.lines().filter(|l| l.contains("_count{")).collect();
+        // "0" came behind the cursor, "c" went, "f" came ahead of it.
+        assert_eq!(count_lines.len(), 3, "{out}");
+        assert!(count_lines[1].contains("node=\"e\""));
+        assert!(count_lines[2].contains("node=\"f\""));
+        // The second family starts over and sees all that is there by then.
+        let last_lines = out
+            .lines()
+            .filter(|l| l.starts_with("metrics_server_kubelet_last_request_time_seconds{"))
+            .count();
+        assert_eq!(last_lines, 4, "{out}");
+        assert_eq!(out.matches("# TYPE").count(), 2);
+    }
+
+    #[test]
+    fn no_node_yet_still_declares_both_families() {
+        let series = Arc::new(NodeSeries::default());
+        assert_eq!(whole(&series), format!("{DURATION_HEAD}{LAST_TIME_HEAD}"));
+        assert!(series.is_empty());
     }
 }

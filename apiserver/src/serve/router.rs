@@ -15,6 +15,7 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use prometheus_client::registry::Registry;
 use rustls_pki_types::CertificateDer;
+use scraper::metrics::NodeSeries;
 use tokio::time::Instant;
 
 use super::{gzip, httplog};
@@ -69,6 +70,7 @@ pub struct Router {
     health: Arc<Health>,
     api: Arc<Api>,
     registry: Arc<Registry>,
+    node_series: Option<Arc<NodeSeries>>,
     requests: Requests,
     filters: Vec<Arc<dyn Filter>>,
     clock: fn() -> i64,
@@ -97,6 +99,7 @@ impl Router {
             health,
             api,
             registry,
+            node_series: None,
             requests,
             filters: Vec::new(),
             clock: unix_now_ns,
@@ -106,6 +109,13 @@ impl Router {
     /// Appends a filter; filters run in the order they are added.
     pub fn with_filter(mut self, filter: Arc<dyn Filter>) -> Self {
         self.filters.push(filter);
+        self
+    }
+
+    /// Serves `series` (the scrape loop's per-node families) on `/metrics` after the
+    /// registry's.
+    pub fn with_node_series(mut self, series: Arc<NodeSeries>) -> Self {
+        self.node_series = Some(series);
         self
     }
 
@@ -179,7 +189,11 @@ impl Router {
             return response;
         }
         if path == "/metrics" {
-            return selfmetrics::response(&self.registry, parts.headers.get(header::ACCEPT));
+            return selfmetrics::response(
+                &self.registry,
+                self.node_series.as_ref(),
+                parts.headers.get(header::ACCEPT),
+            );
         }
         if let Some(response) = self.api.handle(parts, now_ns) {
             return response;
