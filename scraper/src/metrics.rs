@@ -172,6 +172,25 @@ impl Metrics {
         self.nodes.clone()
     }
 
+    /// The whole OpenMetrics text of `registry` (where these families were registered)
+    /// and of the per-node families, at once: for tests and tools (`/metrics` streams it).
+    pub fn exposition(&self, registry: &Registry) -> String {
+        let mut out = String::new();
+        // Writing to a String does not fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+        let eof = out.ends_with("# EOF\n");
+        if eof {
+            out.truncate(out.len() - "# EOF\n".len());
+        }
+        let mut nodes = Vec::new();
+        self.nodes.write_all(&mut nodes);
+        out.push_str(&String::from_utf8_lossy(&nodes));
+        if eof {
+            out.push_str("# EOF\n");
+        }
+        out
+    }
+
     /// Requests counted so far with this outcome (for tests and health reporting).
     pub fn requests(&self, success: bool) -> u64 {
         self.request_total
@@ -420,10 +439,7 @@ mod tests {
         let mut registry = Registry::default();
         let metrics = Metrics::new(&mut registry, resolution);
         metrics_setup(&metrics);
-        let mut out = String::new();
-        encode(&mut out, &registry).unwrap();
-        out.push_str(&whole(&metrics.node_series()));
-        out
+        metrics.exposition(&registry)
     }
 
     fn whole(series: &Arc<NodeSeries>) -> String {

@@ -258,14 +258,12 @@ async fn the_loop_waits_for_the_inventory_and_scrapes_new_nodes_at_once() {
     r.nodes.list(&["a", "b", "late"]);
     at(t0, ms(20_001)).await;
     assert_eq!(r.metrics.requests(false), 3);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    let text = r.metrics.exposition(&r.registry);
     assert!(text.contains("node=\"late\""), "{text}");
     // A node that leaves is forgotten at once.
     r.nodes.list(&["a", "b"]);
     at(t0, ms(20_002)).await;
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    let text = r.metrics.exposition(&r.registry);
     assert!(!text.contains("node=\"late\""), "{text}");
     r.shutdown.cancel();
     r.task.await.unwrap();
@@ -276,13 +274,11 @@ async fn nodes_that_leave_lose_their_series() {
     let t0 = Instant::now();
     let r = start(&["a", "gone"], Duration::from_secs(2));
     at(t0, ms(1_500)).await;
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    let text = r.metrics.exposition(&r.registry);
     assert!(text.contains("node=\"gone\""));
     r.nodes.nodes.lock().retain(|n| n.name.as_str() != "gone");
     at(t0, ms(2_500)).await;
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &r.registry).unwrap();
+    let text = r.metrics.exposition(&r.registry);
     assert!(!text.contains("node=\"gone\""), "{text}");
     assert!(text.contains("node=\"a\""));
     r.shutdown.cancel();

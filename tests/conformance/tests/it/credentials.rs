@@ -242,9 +242,7 @@ impl Loop {
     }
 
     fn exposition(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
-        out
+        self.metrics.exposition(&self.registry)
     }
 
     async fn stop(self) {

@@ -452,9 +452,7 @@ struct Loop {
 
 impl Loop {
     fn exposition(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
-        out
+        self.metrics.exposition(&self.registry)
     }
 
     async fn stop(self) -> Duration {
