@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use scraper::metrics::{NodeSeries, NodeText};
+use scraper::metrics::{NodeSeries, NodeText, detach_eof};
 
 use crate::api::body::{Frames, Streamed};
 use crate::body::Body;
@@ -367,14 +367,10 @@ pub fn response(
             let body = match nodes {
                 None => crate::body::full(text),
                 Some(nodes) => {
-                    // OpenMetrics' `# EOF` goes after the streamed families.
-                    let eof = text.ends_with(EOF);
-                    if eof {
-                        text.truncate(text.len() - EOF.len());
-                    }
+                    let tail = detach_eof(&mut text);
                     let frames = NodeFrames {
                         text: nodes.text(),
-                        tail: if eof { EOF.as_bytes() } else { b"" },
+                        tail: tail.as_bytes(),
                         done: false,
                     };
                     Streamed::new(frames, Some(Bytes::from(text))).boxed()
@@ -393,9 +389,6 @@ pub fn response(
         Err(_) => crate::status::Status::internal("encoding metrics failed").into_response(),
     }
 }
-
-/// OpenMetrics' terminator, as prometheus-client writes it.
-const EOF: &str = "# EOF\n";
 
 /// The per-node families' frames, then the document's tail.
 struct NodeFrames {
@@ -667,9 +660,9 @@ mod tests {
         ] {
             let (text, frames) = drain(response(&registry, Some(&series), accept));
             let head = encode(&registry, format).unwrap();
-            let head = head.strip_suffix(EOF).unwrap_or(&head);
+            let head = head.strip_suffix("# EOF\n").unwrap_or(&head);
             let tail = if format == Format::OpenMetrics {
-                EOF
+                "# EOF\n"
             } else {
                 ""
             };

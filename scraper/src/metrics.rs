@@ -178,16 +178,11 @@ impl Metrics {
         let mut out = String::new();
         // Writing to a String does not fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, registry);
-        let eof = out.ends_with("# EOF\n");
-        if eof {
-            out.truncate(out.len() - "# EOF\n".len());
-        }
+        let tail = detach_eof(&mut out);
         let mut nodes = Vec::new();
         self.nodes.write_all(&mut nodes);
         out.push_str(&String::from_utf8_lossy(&nodes));
-        if eof {
-            out.push_str("# EOF\n");
-        }
+        out.push_str(tail);
         out
     }
 
@@ -210,6 +205,21 @@ impl Metrics {
     /// Periods observed so far.
     pub fn ticks(&self) -> u64 {
         self.ticks.load(Ordering::Relaxed)
+    }
+}
+
+/// OpenMetrics' terminator, as prometheus-client ends a registry's text.
+pub const EOF: &str = "# EOF\n";
+
+/// Takes OpenMetrics' [`EOF`] off the end of a registry's text, and returns what goes after
+/// the per-node families in its place: the terminator, or nothing for Prometheus text.
+pub fn detach_eof(registry_text: &mut String) -> &'static str {
+    match registry_text.strip_suffix(EOF) {
+        Some(head) => {
+            registry_text.truncate(head.len());
+            EOF
+        }
+        None => "",
     }
 }
 
@@ -254,16 +264,6 @@ impl NodeSeries {
         stats.count += 1;
         stats.sum += seconds;
         stats.last_unix_s = finished_unix_s;
-    }
-
-    /// Nodes with series.
-    pub fn len(&self) -> usize {
-        self.nodes.lock().len()
-    }
-
-    /// Whether no node has series.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The families' text from the start, to be written a part at a time.
@@ -356,8 +356,8 @@ impl NodeText {
     }
 }
 
-/// Nodes written under one lock of the series: ~80 KB of text.
-pub const NODES_PER_LOCK: usize = 64;
+/// Nodes written under one lock of the series: up to ~85 KB of the histogram's text.
+const NODES_PER_LOCK: usize = 64;
 
 /// `le` of each of `DEF_BUCKETS`, as prometheus-client writes them.
 const LE: [&str; DEF_BUCKETS.len()] = [
@@ -728,6 +728,38 @@ mod tests {
     fn no_node_yet_still_declares_both_families() {
         let series = Arc::new(NodeSeries::default());
         assert_eq!(whole(&series), format!("{DURATION_HEAD}{LAST_TIME_HEAD}"));
-        assert!(series.is_empty());
+    }
+
+    #[test]
+    fn the_lock_is_let_go_every_few_dozen_nodes() {
+        // A scrape records its request under the same lock: however large the frame, no
+        // more than NODES_PER_LOCK nodes are written while it is held.
+        let series = Arc::new(NodeSeries::default());
+        for i in 0..3 * NODES_PER_LOCK {
+            series.observe(&format!("node-{i:04}"), 0.02, 1.0);
+        }
+        let mut text = series.text();
+        let mut out = Vec::new();
+        assert_eq!(text.write_some(&mut out, usize::MAX), Some(true));
+        let text_so_far = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text_so_far.matches("_count{").count(),
+            NODES_PER_LOCK,
+            "{text_so_far}"
+        );
+    }
+
+    #[test]
+    fn the_terminator_goes_after_the_per_node_families() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::new(&mut registry, Duration::from_secs(15));
+        metrics.observe_request("n1", Duration::from_millis(30), true, 1.0);
+        let text = metrics.exposition(&registry);
+        assert!(text.ends_with("_last_request_time_seconds{node=\"n1\"} 1.0\n# EOF\n"));
+        assert_eq!(text.matches("# EOF").count(), 1);
+
+        let mut prometheus = String::from("# TYPE a gauge\na 1\n");
+        assert_eq!(detach_eof(&mut prometheus), "");
+        assert_eq!(prometheus, "# TYPE a gauge\na 1\n");
     }
 }
