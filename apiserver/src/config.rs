@@ -146,6 +146,9 @@ pub struct Listen {
     pub address: SocketAddr,
     /// The serving certificate.
     pub cert: ServingCert,
+    /// `--permit-port-sharing`: `SO_REUSEPORT`, so that more than one process may listen on
+    /// the address and port.
+    pub reuse_port: bool,
 }
 
 impl Default for Listen {
@@ -153,6 +156,7 @@ impl Default for Listen {
         Listen {
             address: SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), DEFAULT_SECURE_PORT),
             cert: ServingCert::self_signed_in(DEFAULT_CERT_DIR),
+            reuse_port: false,
         }
     }
 }
@@ -167,6 +171,7 @@ impl Listen {
                 dir: dir.into(),
                 sans: vec!["localhost".to_owned()],
             },
+            reuse_port: false,
         }
     }
 }

@@ -41,8 +41,20 @@ fn main() -> ExitCode {
     };
     tls::provider::install_default();
     init_tracing(&flags.logging);
-    if !flags.serving.tls_cipher_suites.is_empty() {
-        tracing::warn!("--tls-cipher-suites is accepted but rustls's safe default suites are used");
+    let without_effect = flags.without_effect();
+    if !without_effect.is_empty() {
+        tracing::warn!(
+            flags = ?without_effect,
+            "accepted for compatibility with metrics-server; these flags change nothing in this server"
+        );
+    }
+    if let Ok((_, left_out)) = flags.tls_policy()
+        && !left_out.is_empty()
+    {
+        tracing::warn!(
+            names = ?left_out,
+            "--tls-cipher-suites / --tls-curve-preferences: not implemented here, left out"
+        );
     }
 
     let result = apiserver::run::run_until_signalled(settings);
@@ -82,11 +94,28 @@ fn init_tracing(logging: &Logging) {
             apiserver::serve::httplog::TARGET
         ))
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // As k8s.io/component-base's formats write: text to stderr and JSON to stdout, each as
+    // one stream; split, errors to stderr and the rest to stdout.
     let _ = match logging.logging_format {
-        LoggingFormat::Text => builder.with_ansi(false).try_init(),
-        LoggingFormat::Json => builder.json().try_init(),
+        LoggingFormat::Text if logging.log_text_split_stream => {
+            builder.with_writer(split()).with_ansi(false).try_init()
+        }
+        LoggingFormat::Text => builder
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .try_init(),
+        LoggingFormat::Json if logging.log_json_split_stream => {
+            builder.with_writer(split()).json().try_init()
+        }
+        LoggingFormat::Json => builder.with_writer(std::io::stdout).json().try_init(),
     };
+}
+
+/// Errors to stderr, everything else to stdout (`--log-*-split-stream`).
+fn split() -> impl for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static {
+    use tracing_subscriber::fmt::writer::MakeWriterExt as _;
+    std::io::stderr
+        .with_max_level(tracing::Level::ERROR)
+        .or_else(std::io::stdout)
 }

@@ -174,7 +174,7 @@ pub async fn serve(
     };
     let listener = match listener {
         Some(listener) => listener,
-        None => serve::bind(listen.address).await?,
+        None => serve::bind(listen.address, listen.reuse_port)?,
     };
     Ok((Server::new(listener, certs, router, config)?, reloader))
 }

@@ -14,6 +14,7 @@
 pub mod client;
 pub mod issue;
 pub mod pem;
+pub mod policy;
 pub mod provider;
 pub mod server;
 

@@ -53,10 +53,65 @@ pub struct MetricsServer {
     pub scrape_max_in_flight: usize,
 }
 
-/// "Generic" group (`genericoptions.ServerRunOptions`): the ones that mean something here.
+/// "Generic" group (`genericoptions.ServerRunOptions`). Every flag metrics-server accepts is
+/// accepted, so that a Deployment's arguments carry over; those that change nothing here say
+/// so in their help, and the server logs the ones set at start ([`super::Flags::without_effect`]).
 #[derive(Clone, Debug, Args)]
 #[command(next_help_heading = "Generic flags")]
 pub struct Generic {
+    /// The IP address on which to advertise the apiserver to members of the cluster. This
+    /// address must be reachable by the rest of the cluster. If blank, the --bind-address
+    /// will be used. If --bind-address is unspecified, the host's default interface will be
+    /// used. Accepted; no effect (nothing is advertised).
+    #[arg(long, value_name = "ip")]
+    pub advertise_address: Option<IpAddr>,
+
+    /// List of allowed origins for CORS, comma separated. An allowed origin can be a regular
+    /// expression to support subdomain matching. If this list is empty CORS will not be
+    /// enabled. Accepted; no effect (no browser client).
+    #[arg(long, value_name = "strings", value_delimiter = ',')]
+    pub cors_allowed_origins: Vec<String>,
+
+    /// The versions different components emulate their capabilities (APIs, features, ...)
+    /// of. Version format could only be major.minor, for example:
+    /// '--emulated-version=wardle=1.2,kube=1.31'. Accepted; no effect.
+    #[arg(long, value_name = "strings", value_delimiter = ',')]
+    pub emulated_version: Vec<String>,
+
+    /// If true, for any beta+ APIs enabled by default or by --runtime-config at the
+    /// emulation version, their future versions with higher priority/stability will be auto
+    /// enabled even if they introduced after the emulation version. Accepted; no effect.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub emulation_forward_compatible: bool,
+
+    /// The hostname to use when generating externalized URLs for this master (e.g. Swagger
+    /// API Docs or OpenID Discovery). Accepted; no effect.
+    #[arg(long, value_name = "string")]
+    pub external_hostname: Option<String>,
+
+    /// Comma-separated list of component:key=value pairs that describe feature gates for
+    /// alpha/experimental features of different components. If the component is not
+    /// specified, defaults to "kube". Checked for form; no gate changes anything here.
+    #[arg(long, value_name = "colonSeparatedMultimapStringString", value_delimiter = ',',
+          value_parser = feature_gate)]
+    pub feature_gates: Vec<String>,
+
+    /// To prevent HTTP/2 clients from getting stuck on a single apiserver, randomly close a
+    /// connection (GOAWAY). The client's other in-flight requests won't be affected, and the
+    /// client will reconnect, likely landing on a different apiserver after going through
+    /// the load balancer again. This argument sets the fraction of requests that will be
+    /// sent a GOAWAY. Min is 0 (off), Max is .02 (1/50 requests); .001 (1/1000) is a
+    /// recommended starting point.
+    #[arg(long, value_name = "float", default_value_t = 0.0, value_parser = goaway_chance)]
+    pub goaway_chance: f64,
+
+    /// This option represents the maximum amount of time it should take for apiserver to
+    /// complete its startup sequence and become live. Accepted; /livez has no post-start
+    /// hooks to wait for here.
+    #[arg(long, value_name = "duration", default_value = "0s")]
+    pub livez_grace_period: GoDuration,
     /// This and --max-mutating-requests-inflight are summed to determine the server's total
     /// concurrency limit (which must be positive) if --enable-priority-and-fairness is true.
     /// Otherwise, this flag limits the maximum number of non-mutating requests in flight, or
@@ -67,6 +122,17 @@ pub struct Generic {
     /// Accepted for compatibility; this server has no mutating requests.
     #[arg(long, value_name = "int", default_value_t = 200)]
     pub max_mutating_requests_inflight: u32,
+
+    /// The min version of the components the binary is compatible with, for example:
+    /// '--min-compatibility-version=wardle=1.2,kube=1.31'. Accepted; no effect.
+    #[arg(long, value_name = "strings", value_delimiter = ',')]
+    pub min_compatibility_version: Vec<String>,
+
+    /// An optional field indicating the minimum number of seconds a handler must keep a
+    /// request open before timing it out. Currently only honored by the watch request
+    /// handler. Accepted; no effect (there are no watches).
+    #[arg(long, value_name = "int", default_value_t = 1800)]
+    pub min_request_timeout: u32,
 
     /// (ours) Percent of --max-requests-inflight reserved for autoscalers (the HPA's and the
     /// VPA's identities, kube-system service accounts, kube-controller-manager); everyone else
@@ -96,10 +162,86 @@ pub struct Generic {
     #[arg(long, value_name = "duration", default_value = "1m0s")]
     pub request_timeout: GoDuration,
 
+    /// If true, APIs identified by group/version that are enabled in the --runtime-config
+    /// flag will be installed even if it is introduced after the emulation version.
+    /// Accepted; no effect.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub runtime_config_emulation_forward_compatible: bool,
+
     /// Time to delay the termination. During that time the server keeps serving requests
     /// normally while /readyz fails.
     #[arg(long, value_name = "duration", default_value = "0s")]
     pub shutdown_delay_duration: GoDuration,
+
+    /// If true the HTTP Server will continue listening until all non long running
+    /// request(s) in flight have been drained, during this window all incoming requests will
+    /// be rejected with a status code 429 and a 'Retry-After' response header. Accepted; no
+    /// effect: the listener closes when draining starts.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub shutdown_send_retry_after: bool,
+
+    /// This option, if set, represents the maximum amount of grace period the apiserver will
+    /// wait for active watch request(s) to drain during the graceful server shutdown window.
+    /// Accepted; no effect (there are no watches).
+    #[arg(long, value_name = "duration", default_value = "0s")]
+    pub shutdown_watch_termination_grace_period: GoDuration,
+
+    /// Maximum amount of time to wait for storage initialization before declaring apiserver
+    /// ready. Accepted; no effect (see --readiness-timeout).
+    #[arg(long, value_name = "duration", default_value = "1m0s")]
+    pub storage_initialization_timeout: GoDuration,
+
+    /// List of directives for HSTS, comma separated. If this list is empty, then HSTS
+    /// directives will not be added. Example: 'max-age=31536000,includeSubDomains,preload'
+    #[arg(long, value_name = "strings", value_delimiter = ',', value_parser = hsts_directive)]
+    pub strict_transport_security_directives: Vec<String>,
+}
+
+/// One `--feature-gates` item: `[component:]Name=bool`, as k8s.io/component-base parses it.
+fn feature_gate(item: &str) -> Result<String, String> {
+    let item = item.trim();
+    let gate = item.split_once(':').map_or(item, |(_, gate)| gate);
+    match gate.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            go_bool(value.trim()).map_err(|_| format!("invalid value of {name}={value}"))?;
+            Ok(item.to_owned())
+        }
+        _ => Err(format!("missing bool value for {item}")),
+    }
+}
+
+/// `--goaway-chance`: k8s.io/apiserver's range check.
+fn goaway_chance(value: &str) -> Result<f64, String> {
+    let chance: f64 = value.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=0.02).contains(&chance) {
+        Ok(chance)
+    } else {
+        Err("--goaway-chance can not be less than 0 or greater than 0.02".to_owned())
+    }
+}
+
+/// One `--strict-transport-security-directives` item, as k8s.io/apiserver validates it.
+fn hsts_directive(directive: &str) -> Result<String, String> {
+    let directive = directive.trim();
+    let valid = directive == "includeSubDomains"
+        || directive == "preload"
+        || directive
+            .strip_prefix("max-age=")
+            .is_some_and(|age| !age.is_empty() && age.bytes().all(|b| b.is_ascii_digit()));
+    if valid || directive.is_empty() {
+        Ok(directive.to_owned())
+    } else {
+        Err(
+            "--strict-transport-security-directives invalid, allowed values: \
+             max-age=expireTime, includeSubDomains, preload. \
+             see https://tools.ietf.org/html/rfc6797#section-6.1 for more information"
+                .to_owned(),
+        )
+    }
 }
 
 /// How kubelets are scraped.
@@ -261,6 +403,22 @@ pub struct SecureServing {
     #[arg(long, value_name = "int", default_value_t = 0)]
     pub http2_max_streams_per_connection: u32,
 
+    /// If true, SO_REUSEADDR will be used when binding the port. This allows binding to
+    /// wildcard IPs like 0.0.0.0 and specific IPs in parallel, and it avoids waiting for the
+    /// kernel to release sockets in TIME_WAIT state. (The listener always sets SO_REUSEADDR,
+    /// as Go's does.)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub permit_address_sharing: bool,
+
+    /// If true, SO_REUSEPORT will be used when binding the port, which allows more than one
+    /// instance to bind on the same address and port.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub permit_port_sharing: bool,
+
     /// (ours) Connections the server keeps open at once; further ones wait in the listen
     /// backlog until one closes. Each idle TLS connection costs memory (see BENCHMARKS.md,
     /// "Idle connections").
@@ -280,10 +438,19 @@ pub struct SecureServing {
     #[arg(long, value_name = "string")]
     pub tls_cert_file: Option<PathBuf>,
 
-    /// Comma-separated list of cipher suites for the server. Accepted for compatibility:
-    /// rustls's safe defaults are always used.
+    /// Comma-separated list of cipher suites for the server. If omitted, the default Go
+    /// cipher suites will be used. As in Go, it restricts the TLS 1.2 suites (TLS 1.3's are
+    /// not configurable) and its order does not matter; names Go knows that this server does
+    /// not implement (CBC, RSA key exchange, RC4, 3DES) are left out with a warning.
     #[arg(long, value_name = "strings", value_delimiter = ',')]
     pub tls_cipher_suites: Vec<String>,
+
+    /// Comma-separated list of key exchange curves for the server, as Go curve names
+    /// (X25519, CurveP256, CurveP384, CurveP521, X25519MLKEM768) or decimal curve IDs. If
+    /// omitted, the defaults are used. Curves this server does not implement (CurveP521,
+    /// X25519MLKEM768) are left out with a warning; at least one listed must remain.
+    #[arg(long, value_name = "strings", value_delimiter = ',')]
+    pub tls_curve_preferences: Vec<String>,
 
     /// Minimum TLS version supported. Possible values: VersionTLS10, VersionTLS11,
     /// VersionTLS12, VersionTLS13 (1.0 and 1.1 are never offered).
@@ -293,6 +460,13 @@ pub struct SecureServing {
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long, value_name = "string")]
     pub tls_private_key_file: Option<PathBuf>,
+
+    /// A pair of x509 certificate and private key file paths, optionally suffixed with a
+    /// list of domain patterns which are fully qualified domain names, possibly with prefixed
+    /// wildcard segments. Not supported here: the server refuses to start with it rather
+    /// than serve the wrong certificate.
+    #[arg(long, value_name = "namedCertKey", action = ArgAction::Append)]
+    pub tls_sni_cert_key: Vec<String>,
 
     /// (ours) Subject alternative names of the self-signed certificate made when no
     /// --tls-cert-file is given.
@@ -421,10 +595,177 @@ pub struct Authorization {
     pub delegated_review_qps_per_source: u32,
 }
 
+/// "Apiserver audit log" group (`genericoptions.AuditOptions`): accepted so that a
+/// Deployment's arguments carry over; this server writes no audit log, and says so at start
+/// when a policy, a log path or a webhook is given.
+#[derive(Clone, Debug, Args)]
+#[command(next_help_heading = "Apiserver audit log flags")]
+pub struct Audit {
+    /// The size of the buffer to store events before batching and writing. Only used in batch
+    /// mode.
+    #[arg(long, value_name = "int", default_value_t = 10000)]
+    pub audit_log_batch_buffer_size: i64,
+
+    /// The maximum size of a batch. Only used in batch mode.
+    #[arg(long, value_name = "int", default_value_t = 1)]
+    pub audit_log_batch_max_size: i64,
+
+    /// The amount of time to wait before force writing the batch that hadn't reached the max
+    /// size. Only used in batch mode.
+    #[arg(long, value_name = "duration", default_value = "0s")]
+    pub audit_log_batch_max_wait: GoDuration,
+
+    /// Maximum number of requests sent at the same moment if ThrottleQPS was not utilized
+    /// before. Only used in batch mode.
+    #[arg(long, value_name = "int", default_value_t = 0)]
+    pub audit_log_batch_throttle_burst: i64,
+
+    /// Whether batching throttling is enabled. Only used in batch mode.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub audit_log_batch_throttle_enable: bool,
+
+    /// Maximum average number of batches per second. Only used in batch mode.
+    #[arg(long, value_name = "float", default_value_t = 0.0)]
+    pub audit_log_batch_throttle_qps: f64,
+
+    /// If set, the rotated log files will be compressed using gzip.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub audit_log_compress: bool,
+
+    /// Format of saved audits. "legacy" indicates 1-line text format for each event. "json"
+    /// indicates structured json format. Known formats are legacy,json.
+    #[arg(long, value_name = "string", default_value = "json", value_parser = ["legacy", "json"])]
+    pub audit_log_format: String,
+
+    /// The maximum number of days to retain old audit log files based on the timestamp encoded
+    /// in their filename.
+    #[arg(long, value_name = "int", default_value_t = 366)]
+    pub audit_log_maxage: i64,
+
+    /// The maximum number of old audit log files to retain. Setting a value of 0 will mean
+    /// there's no restriction on the number of files.
+    #[arg(long, value_name = "int", default_value_t = 100)]
+    pub audit_log_maxbackup: i64,
+
+    /// The maximum size in megabytes of the audit log file before it gets rotated.
+    #[arg(long, value_name = "int", default_value_t = 100)]
+    pub audit_log_maxsize: i64,
+
+    /// Strategy for sending audit events. Blocking indicates sending events should block server
+    /// responses. Batch causes the backend to buffer and write events asynchronously. Known
+    /// modes are batch,blocking,blocking-strict.
+    #[arg(long, value_name = "string", default_value = "blocking", value_parser = ["batch", "blocking", "blocking-strict"])]
+    pub audit_log_mode: String,
+
+    /// If set, all requests coming to the apiserver will be logged to this file.  '-' means
+    /// standard out.
+    #[arg(long, value_name = "string")]
+    pub audit_log_path: Option<String>,
+
+    /// Whether event and batch truncating is enabled.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub audit_log_truncate_enabled: bool,
+
+    /// Maximum size of the batch sent to the underlying backend. Actual serialized size can be
+    /// several hundreds of bytes greater. If a batch exceeds this limit, it is split into
+    /// several batches of smaller size.
+    #[arg(long, value_name = "int", default_value_t = 10485760)]
+    pub audit_log_truncate_max_batch_size: i64,
+
+    /// Maximum size of the audit event sent to the underlying backend. If the size of an event
+    /// is greater than this number, first request and response are removed, and if this doesn't
+    /// reduce the size enough, event is discarded.
+    #[arg(long, value_name = "int", default_value_t = 102400)]
+    pub audit_log_truncate_max_event_size: i64,
+
+    /// API group and version used for serializing audit events written to log.
+    #[arg(long, value_name = "string", default_value = "audit.k8s.io/v1")]
+    pub audit_log_version: String,
+
+    /// Path to the file that defines the audit policy configuration.
+    #[arg(long, value_name = "string")]
+    pub audit_policy_file: Option<String>,
+
+    /// The size of the buffer to store events before batching and writing. Only used in batch
+    /// mode.
+    #[arg(long, value_name = "int", default_value_t = 10000)]
+    pub audit_webhook_batch_buffer_size: i64,
+
+    /// The maximum size of a batch. Only used in batch mode.
+    #[arg(long, value_name = "int", default_value_t = 400)]
+    pub audit_webhook_batch_max_size: i64,
+
+    /// The amount of time to wait before force writing the batch that hadn't reached the max
+    /// size. Only used in batch mode.
+    #[arg(long, value_name = "duration", default_value = "30s")]
+    pub audit_webhook_batch_max_wait: GoDuration,
+
+    /// Maximum number of requests sent at the same moment if ThrottleQPS was not utilized
+    /// before. Only used in batch mode.
+    #[arg(long, value_name = "int", default_value_t = 15)]
+    pub audit_webhook_batch_throttle_burst: i64,
+
+    /// Whether batching throttling is enabled. Only used in batch mode.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "true", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool")]
+    pub audit_webhook_batch_throttle_enable: bool,
+
+    /// Maximum average number of batches per second. Only used in batch mode.
+    #[arg(long, value_name = "float", default_value_t = 10.0)]
+    pub audit_webhook_batch_throttle_qps: f64,
+
+    /// Path to a kubeconfig formatted file that defines the audit webhook configuration.
+    #[arg(long, value_name = "string")]
+    pub audit_webhook_config_file: Option<String>,
+
+    /// The amount of time to wait before retrying the first failed request.
+    #[arg(long, value_name = "duration", default_value = "10s")]
+    pub audit_webhook_initial_backoff: GoDuration,
+
+    /// Strategy for sending audit events. Blocking indicates sending events should block server
+    /// responses. Batch causes the backend to buffer and write events asynchronously. Known
+    /// modes are batch,blocking,blocking-strict.
+    #[arg(long, value_name = "string", default_value = "batch", value_parser = ["batch", "blocking", "blocking-strict"])]
+    pub audit_webhook_mode: String,
+
+    /// Whether event and batch truncating is enabled.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub audit_webhook_truncate_enabled: bool,
+
+    /// Maximum size of the batch sent to the underlying backend. Actual serialized size can be
+    /// several hundreds of bytes greater. If a batch exceeds this limit, it is split into
+    /// several batches of smaller size.
+    #[arg(long, value_name = "int", default_value_t = 10485760)]
+    pub audit_webhook_truncate_max_batch_size: i64,
+
+    /// Maximum size of the audit event sent to the underlying backend. If the size of an event
+    /// is greater than this number, first request and response are removed, and if this doesn't
+    /// reduce the size enough, event is discarded.
+    #[arg(long, value_name = "int", default_value_t = 102400)]
+    pub audit_webhook_truncate_max_event_size: i64,
+
+    /// API group and version used for serializing audit events written to webhook.
+    #[arg(long, value_name = "string", default_value = "audit.k8s.io/v1")]
+    pub audit_webhook_version: String,
+}
+
 /// "Features" group (`genericoptions.FeatureOptions`); accepted for compatibility.
 #[derive(Clone, Debug, Args)]
 #[command(next_help_heading = "Features flags")]
 pub struct Features {
+    /// Path to the socket where the debug handlers will be exposed. Accepted; not served.
+    #[arg(long, value_name = "string")]
+    pub debug_socket_path: Option<String>,
+
     /// Enable block profiling, if profiling is enabled. Accepted; not served.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", value_parser = go_bool, action = ArgAction::Set,
@@ -461,6 +802,32 @@ pub struct Logging {
     /// Maximum number of seconds between log flushes. Accepted; logs are not buffered.
     #[arg(long, value_name = "duration", default_value = "5s")]
     pub log_flush_frequency: GoDuration,
+
+    /// [Alpha] In JSON format with split output streams, the info messages can be buffered
+    /// for a while to increase performance. The default value of zero bytes disables
+    /// buffering. Accepted; logs are not buffered.
+    #[arg(long, value_name = "quantity", default_value = "0")]
+    pub log_json_info_buffer_size: ByteSize,
+
+    /// [Alpha] In JSON format, write error messages to stderr and info messages to stdout.
+    /// The default is to write a single stream to stdout.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub log_json_split_stream: bool,
+
+    /// [Alpha] In text format with split output streams, the info messages can be buffered
+    /// for a while to increase performance. The default value of zero bytes disables
+    /// buffering. Accepted; logs are not buffered.
+    #[arg(long, value_name = "quantity", default_value = "0")]
+    pub log_text_info_buffer_size: ByteSize,
+
+    /// [Alpha] In text format, write error messages to stderr and info messages to stdout.
+    /// The default is to write a single stream to stderr.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool", hide_default_value = true)]
+    pub log_text_split_stream: bool,
 
     /// Sets the log format. Permitted formats: "json", "text".
     #[arg(long, value_enum, value_name = "string", default_value = "text")]

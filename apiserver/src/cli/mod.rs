@@ -24,7 +24,7 @@ use crate::config::{ServingCert, Settings};
 
 pub use duration::{ByteSize, GoDuration, ParseError};
 pub use groups::{
-    Authentication, Authorization, Features, Generic, Kubelet, KubeletSource, Logging,
+    Audit, Authentication, Authorization, Features, Generic, Kubelet, KubeletSource, Logging,
     LoggingFormat, MetricsServer, SecureServing, TlsVersion,
 };
 
@@ -58,6 +58,9 @@ pub struct Flags {
     /// Apiserver authorization flags.
     #[command(flatten)]
     pub authorization: Authorization,
+    /// Apiserver audit log flags.
+    #[command(flatten)]
+    pub audit: Audit,
     /// Features flags.
     #[command(flatten)]
     pub features: Features,
@@ -96,6 +99,12 @@ pub enum Error {
     /// A percentage flag of ours outside 1..=99.
     #[error("--{0} must be between 1 and 99")]
     Percent(&'static str),
+    /// `--tls-cipher-suites` or `--tls-curve-preferences` named something unknown.
+    #[error(transparent)]
+    Tls(#[from] tls::policy::PolicyError),
+    /// A flag metrics-server has that this server refuses rather than half-honour.
+    #[error("--{0} is not supported by this server: {1}")]
+    Unsupported(&'static str, &'static str),
 }
 
 /// The smallest `--metric-resolution` metrics-server accepts.
@@ -190,7 +199,91 @@ impl Flags {
         if self.serving.max_connections == 0 {
             return Err(Error::NotPositive("max-connections"));
         }
+        if !self.serving.tls_sni_cert_key.is_empty() {
+            return Err(Error::Unsupported(
+                "tls-sni-cert-key",
+                "every client gets the --tls-cert-file certificate (or the self-signed one)",
+            ));
+        }
+        self.tls_policy()?;
         Ok(())
+    }
+
+    /// What `--tls-min-version`, `--tls-cipher-suites` and `--tls-curve-preferences` ask of
+    /// the serving config, with the names left out because this server does not implement
+    /// them (to be logged).
+    pub fn tls_policy(&self) -> Result<(tls::policy::Policy, Vec<String>), Error> {
+        let s = &self.serving;
+        let suites = tls::policy::cipher_suites(&s.tls_cipher_suites)?;
+        let curves = tls::policy::curves(&s.tls_curve_preferences)?;
+        let given = |v: &[String]| v.iter().any(|n| !n.trim().is_empty());
+        let policy = tls::policy::Policy {
+            tls13_only: s.tls_min_version == Some(TlsVersion::Tls13),
+            tls12_suites: given(&s.tls_cipher_suites).then_some(suites.offered),
+            groups: given(&s.tls_curve_preferences).then_some(curves.offered),
+        };
+        let left_out = suites
+            .unsupported
+            .into_iter()
+            .chain(curves.unsupported)
+            .collect();
+        Ok((policy, left_out))
+    }
+
+    /// The flags set on the command line that change nothing in this server (metrics-server
+    /// accepts them, so they are accepted too, so that a Deployment's arguments carry over;
+    /// the binary logs them at start).
+    pub fn without_effect(&self) -> Vec<&'static str> {
+        let (g, s, a) = (&self.generic, &self.serving, &self.audit);
+        let (f, l) = (&self.features, &self.logging);
+        let given = |v: &[String]| v.iter().any(|n| !n.trim().is_empty());
+        let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+        [
+            ("advertise-address", g.advertise_address.is_some()),
+            ("cors-allowed-origins", given(&g.cors_allowed_origins)),
+            ("emulated-version", given(&g.emulated_version)),
+            (
+                "emulation-forward-compatible",
+                g.emulation_forward_compatible,
+            ),
+            ("external-hostname", set(&g.external_hostname)),
+            ("feature-gates", given(&g.feature_gates)),
+            ("livez-grace-period", !g.livez_grace_period.0.is_zero()),
+            (
+                "min-compatibility-version",
+                given(&g.min_compatibility_version),
+            ),
+            (
+                "runtime-config-emulation-forward-compatible",
+                g.runtime_config_emulation_forward_compatible,
+            ),
+            ("shutdown-send-retry-after", g.shutdown_send_retry_after),
+            (
+                "storage-initialization-timeout",
+                g.storage_initialization_timeout.0 != Duration::from_secs(60),
+            ),
+            ("audit-policy-file", set(&a.audit_policy_file)),
+            ("audit-log-path", set(&a.audit_log_path)),
+            (
+                "audit-webhook-config-file",
+                set(&a.audit_webhook_config_file),
+            ),
+            ("debug-socket-path", set(&f.debug_socket_path)),
+            ("contention-profiling", f.contention_profiling),
+            (
+                "log-json-info-buffer-size",
+                l.log_json_info_buffer_size.0 != 0,
+            ),
+            (
+                "log-text-info-buffer-size",
+                l.log_text_info_buffer_size.0 != 0,
+            ),
+            ("vmodule", !l.vmodule.trim().is_empty()),
+            ("permit-address-sharing", s.permit_address_sharing),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
     }
 
     /// The parsed `--node-selector`.
@@ -296,13 +389,16 @@ impl Flags {
                         sans: s.serving_cert_sans.clone(),
                     },
                 },
+                reuse_port: s.permit_port_sharing,
             },
             serving: crate::serve::Config {
                 http2: !s.disable_http2_serving,
                 http2_max_streams: s.http2_max_streams_per_connection,
-                tls13_only: s.tls_min_version == Some(TlsVersion::Tls13),
+                tls: self.tls_policy()?.0,
                 max_connections: s.max_connections,
                 request_timeout: g.request_timeout.0,
+                hsts: hsts(&g.strict_transport_security_directives),
+                goaway_chance: g.goaway_chance,
                 ..crate::serve::Config::default()
             },
             authn: crate::auth::AuthnConfig {
@@ -332,6 +428,16 @@ impl Flags {
             shutdown_delay: g.shutdown_delay_duration.0,
         })
     }
+}
+
+/// The `Strict-Transport-Security` value of `--strict-transport-security-directives`
+/// (k8s.io/apiserver joins them with "; "); `None` when there are none.
+fn hsts(directives: &[String]) -> Option<http::HeaderValue> {
+    let directives = non_empty(directives);
+    if directives.is_empty() {
+        return None;
+    }
+    http::HeaderValue::from_str(&directives.join("; ")).ok()
 }
 
 /// A string-list flag without empty items: `--flag=` is an empty list, as pflag's

@@ -371,6 +371,7 @@ fn help_groups_in_metrics_server_order() {
         "Apiserver secure serving flags:",
         "Apiserver authentication flags:",
         "Apiserver authorization flags:",
+        "Apiserver audit log flags:",
         "Features flags:",
         "Logging flags:",
     ];
@@ -459,5 +460,225 @@ fn an_empty_list_flag_is_an_empty_list_not_one_empty_item() {
             .authn
             .requestheader_allowed_names
             .is_empty()
+    );
+}
+
+/// Every flag metrics-server's binary accepts (its `docs/command-line-flags.txt` groups,
+/// reference §1), each with a value of its type: a Deployment's arguments carry over, none
+/// stops the start.
+const GO_FLAGS: &[&str] = &[
+    // Metrics server
+    "--kubeconfig=/etc/kubeconfig",
+    "--metric-resolution=15s",
+    "--version=false",
+    // Generic
+    "--advertise-address=10.0.0.1",
+    "--cors-allowed-origins=//example\\.com(:|$)",
+    "--emulated-version=kube=1.33",
+    "--emulation-forward-compatible=false",
+    "--external-hostname=metrics.example",
+    "--feature-gates=kube:APIResponseCompression=true,AuthorizeWithSelectors=false",
+    "--goaway-chance=0.001",
+    "--livez-grace-period=10s",
+    "--max-mutating-requests-inflight=200",
+    "--max-requests-inflight=400",
+    "--min-compatibility-version=kube=1.32",
+    "--min-request-timeout=1800",
+    "--request-timeout=1m0s",
+    "--runtime-config-emulation-forward-compatible=false",
+    "--shutdown-delay-duration=5s",
+    "--shutdown-send-retry-after=true",
+    "--shutdown-watch-termination-grace-period=0s",
+    "--storage-initialization-timeout=1m0s",
+    "--strict-transport-security-directives=max-age=31536000,includeSubDomains,preload",
+    // Kubelet client
+    "--deprecated-kubelet-completely-insecure=false",
+    "--kubelet-certificate-authority=/ca.crt",
+    "--kubelet-client-certificate=/c.crt",
+    "--kubelet-client-key=/c.key",
+    "--kubelet-insecure-tls=false",
+    "--kubelet-port=10250",
+    "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+    "--kubelet-request-timeout=10s",
+    "--kubelet-use-node-status-port",
+    "--node-selector=metrics-server-skip!=true",
+    // Apiserver secure serving
+    "--bind-address=0.0.0.0",
+    "--cert-dir=/tmp",
+    "--disable-http2-serving=false",
+    "--http2-max-streams-per-connection=100",
+    "--permit-address-sharing=true",
+    "--permit-port-sharing=false",
+    "--secure-port=10250",
+    "--tls-cert-file=/tls.crt",
+    "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "--tls-curve-preferences=X25519,CurveP256",
+    "--tls-min-version=VersionTLS12",
+    "--tls-private-key-file=/tls.key",
+    // Apiserver authentication
+    "--authentication-kubeconfig=/authn",
+    "--authentication-skip-lookup=false",
+    "--authentication-token-webhook-cache-ttl=10s",
+    "--authentication-tolerate-lookup-failure=false",
+    "--client-ca-file=/client-ca.crt",
+    "--requestheader-allowed-names=front-proxy-client",
+    "--requestheader-client-ca-file=/front-proxy-ca.crt",
+    "--requestheader-extra-headers-prefix=x-remote-extra-",
+    "--requestheader-group-headers=x-remote-group",
+    "--requestheader-uid-headers=x-remote-uid",
+    "--requestheader-username-headers=x-remote-user",
+    // Apiserver authorization
+    "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+    "--authorization-kubeconfig=/authz",
+    "--authorization-webhook-cache-authorized-ttl=10s",
+    "--authorization-webhook-cache-unauthorized-ttl=10s",
+    // Apiserver audit log
+    "--audit-log-batch-buffer-size=10000",
+    "--audit-log-batch-max-size=1",
+    "--audit-log-batch-max-wait=0s",
+    "--audit-log-batch-throttle-burst=0",
+    "--audit-log-batch-throttle-enable=false",
+    "--audit-log-batch-throttle-qps=0",
+    "--audit-log-compress=false",
+    "--audit-log-format=json",
+    "--audit-log-maxage=366",
+    "--audit-log-maxbackup=100",
+    "--audit-log-maxsize=100",
+    "--audit-log-mode=blocking",
+    "--audit-log-path=-",
+    "--audit-log-truncate-enabled=false",
+    "--audit-log-truncate-max-batch-size=10485760",
+    "--audit-log-truncate-max-event-size=102400",
+    "--audit-log-version=audit.k8s.io/v1",
+    "--audit-policy-file=/policy.yaml",
+    "--audit-webhook-batch-buffer-size=10000",
+    "--audit-webhook-batch-max-size=400",
+    "--audit-webhook-batch-max-wait=30s",
+    "--audit-webhook-batch-throttle-burst=15",
+    "--audit-webhook-batch-throttle-enable=true",
+    "--audit-webhook-batch-throttle-qps=10",
+    "--audit-webhook-config-file=/webhook.kubeconfig",
+    "--audit-webhook-initial-backoff=10s",
+    "--audit-webhook-mode=batch",
+    "--audit-webhook-truncate-enabled=false",
+    "--audit-webhook-truncate-max-batch-size=10485760",
+    "--audit-webhook-truncate-max-event-size=102400",
+    "--audit-webhook-version=audit.k8s.io/v1",
+    // Features
+    "--contention-profiling=false",
+    "--debug-socket-path=/tmp/debug.sock",
+    "--enable-priority-and-fairness=true",
+    "--profiling=true",
+    // Logging
+    "--log-flush-frequency=5s",
+    "--log-json-info-buffer-size=0",
+    "--log-json-split-stream=false",
+    "--log-text-info-buffer-size=0",
+    "--log-text-split-stream=false",
+    "--logging-format=text",
+    "--v=2",
+    "--vmodule=",
+];
+
+#[test]
+fn every_flag_of_metrics_server_is_accepted() {
+    // 104 in all: besides these, --kubelet-certificate-authority-text (which excludes
+    // --kubelet-certificate-authority, tested apart) and --tls-sni-cert-key (refused, below).
+    assert_eq!(GO_FLAGS.len(), 102);
+    for flag in GO_FLAGS {
+        assert!(
+            Flags::try_parse_from(["metrics-server", flag]).is_ok(),
+            "{flag}"
+        );
+    }
+    let flags = parse(GO_FLAGS);
+    flags.validate().unwrap();
+    let settings = flags.settings().unwrap();
+    // The ones that do something here did it.
+    assert_eq!(
+        settings.serving.hsts.as_ref().unwrap(),
+        "max-age=31536000; includeSubDomains; preload"
+    );
+    assert_eq!(settings.serving.goaway_chance, 0.001);
+    assert!(!settings.listen.reuse_port);
+    let tls = &settings.serving.tls;
+    assert_eq!(tls.tls12_suites.as_ref().unwrap().len(), 1);
+    assert_eq!(tls.groups.as_ref().unwrap().len(), 2);
+    assert_eq!(
+        flags.tls_policy().unwrap().1,
+        ["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"],
+        "left out, to be logged"
+    );
+    // The ones that do not are named, to be logged at start.
+    assert_eq!(
+        flags.without_effect(),
+        [
+            "advertise-address",
+            "cors-allowed-origins",
+            "emulated-version",
+            "external-hostname",
+            "feature-gates",
+            "livez-grace-period",
+            "min-compatibility-version",
+            "shutdown-send-retry-after",
+            "audit-policy-file",
+            "audit-log-path",
+            "audit-webhook-config-file",
+            "debug-socket-path",
+            "permit-address-sharing",
+        ]
+    );
+    assert!(parse(&[]).without_effect().is_empty());
+}
+
+#[test]
+fn go_validation_of_the_generic_and_serving_flags() {
+    let refused = |flag: &str| Flags::try_parse_from(["metrics-server", flag]).unwrap_err();
+    assert!(
+        refused("--goaway-chance=0.03")
+            .to_string()
+            .contains("greater than 0.02")
+    );
+    assert!(
+        refused("--feature-gates=Foo")
+            .to_string()
+            .contains("missing bool value")
+    );
+    assert!(
+        refused("--feature-gates=Foo=maybe")
+            .to_string()
+            .contains("invalid value")
+    );
+    assert!(
+        refused("--strict-transport-security-directives=max-age=soon")
+            .to_string()
+            .contains("allowed values")
+    );
+    assert!(
+        refused("--audit-log-mode=sometimes")
+            .to_string()
+            .contains("invalid value")
+    );
+    assert_eq!(
+        error(&["--tls-cipher-suites=TLS_FOO"]),
+        "Cipher suite TLS_FOO not supported or doesn't exist"
+    );
+    assert!(error(&["--tls-curve-preferences=CurveP521"]).contains("none of the curves"));
+    assert!(error(&["--tls-sni-cert-key=a.crt,a.key:*.example.com"]).contains("not supported"));
+    // Empty lists are no lists.
+    let settings = parse(&[
+        "--tls-cipher-suites=",
+        "--strict-transport-security-directives=",
+    ])
+    .settings()
+    .unwrap();
+    assert_eq!(settings.serving.tls, tls::policy::Policy::default());
+    assert!(settings.serving.hsts.is_none());
+    assert!(
+        parse(&["--permit-port-sharing"])
+            .settings()
+            .unwrap()
+            .listen
+            .reuse_port
     );
 }

@@ -150,9 +150,15 @@ pub(super) async fn serve(
     let _closed = closed.clone().drop_guard();
     let activity = Arc::new(Activity::new(Instant::now()));
     let streams = Streams::new(closed);
+    // Set by the service when a request draws `--goaway-chance`: the connection closes
+    // gracefully after the requests in flight.
+    let goaway = Arc::new(tokio::sync::Notify::new());
     let service = {
         let activity = activity.clone();
         let streams = streams.clone();
+        let goaway = goaway.clone();
+        let hsts = config.hsts.clone();
+        let goaway_chance = config.goaway_chance;
         let request_timeout = config.request_timeout;
         let head_limit = config
             .max_header_bytes
@@ -164,6 +170,9 @@ pub(super) async fn serve(
                 extensions.insert(peer.clone());
             }
             let deadline = Arc::new(Deadline::new(Instant::now() + request_timeout));
+            if request.version() == Version::HTTP_2 && draws(goaway_chance) {
+                goaway.notify_one();
+            }
             let in_flight = if request.version() == Version::HTTP_2 {
                 streams.hand_off(deadline.clone());
                 activity.begin(None)
@@ -173,12 +182,18 @@ pub(super) async fn serve(
             let router = router.clone();
             let too_large =
                 request.version() != Version::HTTP_2 && http1_head_bytes(&request) > head_limit;
+            let hsts = hsts.clone();
             async move {
-                let response = if too_large {
+                let mut response = if too_large {
                     header_fields_too_large()
                 } else {
                     answer(&router, request, &deadline).await
                 };
+                if let Some(hsts) = hsts {
+                    response
+                        .headers_mut()
+                        .insert(header::STRICT_TRANSPORT_SECURITY, hsts);
+                }
                 Ok::<_, Infallible>(response.map(|body| Timed::new(body, in_flight).boxed()))
             }
         })
@@ -230,6 +245,7 @@ pub(super) async fn serve(
     let watch = Watch {
         activity: &activity,
         shutdown: &shutdown,
+        goaway: &goaway,
         idle_timeout: config.idle_timeout,
         request_timeout: config.request_timeout,
         remote,
@@ -244,6 +260,7 @@ pub(super) async fn serve(
 struct Watch<'a> {
     activity: &'a Activity,
     shutdown: &'a CancellationToken,
+    goaway: &'a tokio::sync::Notify,
     idle_timeout: Duration,
     request_timeout: Duration,
     remote: SocketAddr,
@@ -280,6 +297,7 @@ where
     let Watch {
         activity,
         shutdown,
+        goaway,
         idle_timeout,
         request_timeout,
         remote,
@@ -304,6 +322,12 @@ where
                 close(conn.as_mut());
                 closing = true;
             }
+            () = goaway.notified(), if !closing => {
+                tracing::debug!(%remote, "--goaway-chance: closing the connection gracefully");
+                close(conn.as_mut());
+                closing = true;
+                close_by = Some(Instant::now() + request_timeout + CLOSE_GRACE);
+            }
             () = unconstrained(activity.idle_for(idle_timeout)), if !closing => {
                 tracing::debug!(%remote, "closing an idle connection");
                 close(conn.as_mut());
@@ -320,6 +344,17 @@ where
             }
         }
     }
+}
+
+/// Whether a request draws the `chance` (0 to 1) of `--goaway-chance`. A coin from the
+/// standard library's randomly keyed hasher: load spreading needs no stronger randomness.
+fn draws(chance: f64) -> bool {
+    use std::hash::BuildHasher as _;
+    if chance <= 0.0 {
+        return false;
+    }
+    let coin = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    (coin >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < chance
 }
 
 /// The router's answer within the request's deadline, or k8s.io/apiserver's 504 when it has
@@ -459,9 +494,11 @@ mod tests {
                 let (activity, shutdown) = (activity.clone(), shutdown.clone());
                 tokio::spawn(async move {
                     let mut conn = std::pin::pin!(busy);
+                    let goaway = tokio::sync::Notify::new();
                     let watch = Watch {
                         activity: &activity,
                         shutdown: &shutdown,
+                        goaway: &goaway,
                         idle_timeout: Duration::from_secs(90),
                         request_timeout: Duration::from_secs(60),
                         remote: SocketAddr::from(([127, 0, 0, 1], 1)),
@@ -479,6 +516,18 @@ mod tests {
                 "trial {trial}: cut after {polls} polls past its time"
             );
         }
+    }
+
+    #[test]
+    fn goaway_chance_draws_about_its_share() {
+        assert!(!(0..10_000).any(|_| draws(0.0)));
+        assert!((0..10_000).all(|_| draws(1.0)));
+        let drawn = (0..100_000).filter(|_| draws(0.02)).count();
+        // 2,000 expected; the binomial's standard deviation is ~44.
+        assert!(
+            (1_700..=2_300).contains(&drawn),
+            "{drawn} of 100,000 at 0.02"
+        );
     }
 
     #[test]

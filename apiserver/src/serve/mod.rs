@@ -54,8 +54,9 @@ pub struct Config {
     /// ([`conn::HTTP2_DEFAULT_MAX_STREAMS`]). More streams at once are refused
     /// (`RST_STREAM REFUSED_STREAM`).
     pub http2_max_streams: u32,
-    /// Only TLS 1.3 (`--tls-min-version=VersionTLS13`).
-    pub tls13_only: bool,
+    /// The protocol versions, TLS 1.2 suites and key exchange groups offered
+    /// (`--tls-min-version`, `--tls-cipher-suites`, `--tls-curve-preferences`).
+    pub tls: tls::policy::Policy,
     /// `--max-connections` (ours): connections open at once, in any state; the next one waits
     /// in the listen backlog until one closes.
     pub max_connections: usize,
@@ -85,6 +86,14 @@ pub struct Config {
     pub request_timeout: Duration,
     /// On shutdown, in-flight requests get this long to finish.
     pub drain_timeout: Duration,
+    /// `--strict-transport-security-directives`, joined: the `Strict-Transport-Security`
+    /// header of every response (k8s.io/apiserver's `WithHSTS`); `None`: no header.
+    pub hsts: Option<http::HeaderValue>,
+    /// `--goaway-chance`: the fraction of h2 requests after which the connection is closed
+    /// gracefully (GOAWAY; the requests in flight finish), so that a client behind a load
+    /// balancer reconnects, likely to another replica (k8s.io/apiserver's
+    /// `WithProbabilisticGoaway`). 0: never.
+    pub goaway_chance: f64,
 }
 
 impl Default for Config {
@@ -92,7 +101,7 @@ impl Default for Config {
         Config {
             http2: true,
             http2_max_streams: 0,
-            tls13_only: false,
+            tls: tls::policy::Policy::default(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(32),
@@ -100,6 +109,8 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(90),
             request_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
+            hsts: None,
+            goaway_chance: 0.0,
         }
     }
 }
@@ -124,11 +135,51 @@ pub enum Error {
     Cert(#[from] cert::Error),
 }
 
-/// Binds the listening socket.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
+/// Connections waiting to be accepted at most (`listen(2)`'s backlog; the kernel caps it at
+/// `net.core.somaxconn`). Tokio's `TcpListener::bind` uses the same.
+const LISTEN_BACKLOG: i32 = 1024;
+
+/// Binds the listening socket as k8s.io/apiserver binds it (Go's `net.Listen("tcp", addr)`).
+/// An unspecified address, IPv4's `0.0.0.0` (the default `--bind-address`) as well as `::`,
+/// listens on every address of both families: one dual-stack IPv6 socket, so that the server
+/// answers on the pod IP of an IPv6-only or dual-stack cluster, as metrics-server does. On a
+/// host without IPv6 it falls back to `0.0.0.0`. A specific address listens on that address
+/// only. `SO_REUSEADDR` is set, as Go and the standard library set it on every listener;
+/// `SO_REUSEPORT` when `reuse_port` (`--permit-port-sharing`).
+pub fn bind(addr: SocketAddr, reuse_port: bool) -> Result<TcpListener, Error> {
+    let bound = if addr.ip().is_unspecified() {
+        let any = SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), addr.port());
+        listen(any, reuse_port).or_else(|error| match error.kind() {
+            // The port itself is the problem: IPv4 would say the same.
+            std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied => Err(error),
+            // No IPv6 here (no protocol support, or no address): every IPv4 address, then.
+            _ => listen(
+                SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), addr.port()),
+                reuse_port,
+            ),
+        })
+    } else {
+        listen(addr, reuse_port)
+    };
+    bound
+        .and_then(TcpListener::from_std)
         .map_err(|source| Error::Bind { addr, source })
+}
+
+fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        socket.set_only_v6(false)?;
+    }
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
 
 /// The HTTPS server.
@@ -203,7 +254,7 @@ impl Server {
         router: Arc<Router>,
         config: Config,
     ) -> Result<Self, Error> {
-        let tls = tls::server::config_with_min_version(certs, config.http2, config.tls13_only)?;
+        let tls = tls::server::config_with(certs, config.http2, &config.tls)?;
         let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
         Ok(Server {
             listener,

@@ -19,6 +19,7 @@ fn help_lists_the_groups_in_metrics_server_order() {
         "Apiserver secure serving flags:",
         "Apiserver authentication flags:",
         "Apiserver authorization flags:",
+        "Apiserver audit log flags:",
         "Features flags:",
         "Logging flags:",
     ] {
@@ -100,6 +101,67 @@ fn a_missing_kubeconfig_is_a_configuration_error() {
         stderr.contains("unable to construct lister client config"),
         "{stderr}"
     );
+}
+
+/// A Deployment's arguments for metrics-server start this binary too: flags that change
+/// nothing here are named in one warning, in the stream k8s.io/component-base's format
+/// writes to (text: stderr; JSON: stdout; split: errors to stderr, the rest to stdout).
+#[test]
+fn flags_without_effect_are_named_at_start_in_the_format_s_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        binary()
+            .arg(format!("--kubeconfig={}", dir.path().join("absent").display()))
+            .arg(format!("--cert-dir={}", dir.path().display()))
+            .args([
+                "--secure-port=0",
+                "--audit-policy-file=/etc/audit/policy.yaml",
+                "--feature-gates=AuthorizeWithSelectors=true",
+                "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
+
+    let out = run(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "the missing kubeconfig stops it"
+    );
+    let stderr = text(out.stderr);
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("these flags change nothing"))
+        .unwrap_or_else(|| panic!("no warning in {stderr}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("audit-policy-file") && warning.contains("feature-gates"));
+    assert!(
+        stderr.contains("TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"),
+        "{stderr}"
+    );
+    assert!(text(out.stdout).is_empty());
+
+    let out = run(&["--logging-format=json"]);
+    let stdout = text(out.stdout);
+    let warning: serde_json::Value = stdout
+        .lines()
+        .find(|l| l.contains("these flags change nothing"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap_or_else(|| panic!("no JSON warning on stdout: {stdout}"));
+    assert_eq!(warning["level"], "WARN");
+    assert!(
+        stdout.contains("\"level\":\"ERROR\""),
+        "one stream: {stdout}"
+    );
+
+    let out = run(&["--logging-format=json", "--log-json-split-stream"]);
+    let (stdout, stderr) = (text(out.stdout), text(out.stderr));
+    assert!(stdout.contains("these flags change nothing"), "{stdout}");
+    assert!(!stdout.contains("\"level\":\"ERROR\""), "{stdout}");
+    assert!(stderr.contains("\"level\":\"ERROR\""), "{stderr}");
 }
 
 /// The name and nice value of each thread of process `pid`.

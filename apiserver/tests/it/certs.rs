@@ -128,7 +128,7 @@ async fn serving_certificate_files_are_reloaded_without_restart() {
 
 #[tokio::test]
 async fn tls13_only_when_asked() {
-    let server = start(|s| s.serving.tls13_only = true).await;
+    let server = start(|s| s.serving.tls.tls13_only = true).await;
     let stream = Client::insecure().connect(server.addr).await.unwrap();
     assert_eq!(
         stream.get_ref().1.protocol_version(),

@@ -385,3 +385,72 @@ async fn an_idle_h2_connection_is_told_goaway_no_error_then_closed() {
     assert_eq!(goaways.last().unwrap().0.last_stream(), 1, "{goaways:?}");
     stack.until("closed", |s| s.connections.open() == 0).await;
 }
+
+/// The frames of the answer to `stream` up to its end, and whether a GOAWAY came meanwhile
+/// (with its error code and last stream); `None` when the connection closed first.
+async fn answer_of(raw: &mut Raw, stream: u32) -> Option<(Vec<Frame>, Option<Frame>)> {
+    let (mut frames, mut goaway) = (Vec::new(), None);
+    loop {
+        let frame = raw.next().await?;
+        if frame.kind == GOAWAY {
+            goaway = Some(frame);
+            continue;
+        }
+        if frame.stream != stream {
+            continue;
+        }
+        let end = frame.flags & END_STREAM != 0;
+        frames.push(frame);
+        if end {
+            return Some((frames, goaway));
+        }
+    }
+}
+
+#[tokio::test]
+async fn goaway_chance_closes_the_connection_after_the_request_it_answers() {
+    // HPACK's static index 8 is `:status 200`.
+    const STATUS_200: u8 = 0x88;
+    // Off (the default): the connection serves one request after another.
+    let stack = Stack::start(config(|_| {}), 0).await;
+    let mut raw = Raw::connect(&stack).await;
+    for stream in [1, 3] {
+        raw.write(&get(stream, "/livez", &[])).await;
+        let (frames, goaway) = answer_of(&mut raw, stream).await.expect("an answer");
+        assert_eq!(frames[0].kind, HEADERS);
+        assert_eq!(frames[0].payload[0], STATUS_200);
+        assert!(goaway.is_none(), "{goaway:?}");
+    }
+    drop(stack);
+
+    // At 1 (past the flag's 0.02, which only the flag checks): the request drawn is
+    // answered in full, with a GOAWAY NO_ERROR, and the connection then closes, so the
+    // client opens a new one (through its load balancer, maybe to another replica).
+    // (No idle timeout within the test's patience: the GOAWAY can only be the chance's.)
+    let stack = Stack::start(
+        config(|c| {
+            c.goaway_chance = 1.0;
+            c.idle_timeout = Duration::from_secs(3600);
+        }),
+        0,
+    )
+    .await;
+    let mut raw = Raw::connect(&stack).await;
+    raw.write(&get(1, "/livez", &[])).await;
+    let (frames, mut goaway) = answer_of(&mut raw, 1)
+        .await
+        .expect("the answer to stream 1");
+    assert_eq!(frames[0].payload[0], STATUS_200);
+    while let Some(frame) = raw.next().await {
+        assert!(
+            frame.kind != HEADERS,
+            "a stream answered after GOAWAY: {frame:?}"
+        );
+        if frame.kind == GOAWAY {
+            goaway = Some(frame);
+        }
+    }
+    let goaway = goaway.expect("a GOAWAY");
+    assert_eq!(goaway.error_code(), 0, "NO_ERROR: {goaway:?}");
+    stack.until("closed", |s| s.connections.open() == 0).await;
+}

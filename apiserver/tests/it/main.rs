@@ -15,5 +15,6 @@ mod k8s_proto;
 mod metrics;
 mod protobuf;
 mod security;
+mod serving;
 mod shed;
 mod support;
