@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use apiserver::cli::{Flags, Logging, LoggingFormat};
+use apiserver::cli::Flags;
 use clap::Parser;
 use clap::error::ErrorKind;
 
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
         }
     };
     tls::provider::install_default();
-    init_tracing(&flags.logging);
+    apiserver::cli::logging::init(&flags.logging);
     let without_effect = flags.without_effect();
     if !without_effect.is_empty() {
         tracing::warn!(
@@ -66,56 +66,4 @@ fn main() -> ExitCode {
             ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
         }
     }
-}
-
-/// Text or JSON lines on stderr; `-v` maps klog verbosity onto levels (0-1 info, 2-5 debug,
-/// 6+ trace for our crates), and from `-v=3` one line per request (k8s.io/apiserver's
-/// `httplog`); `RUST_LOG` overrides.
-fn init_tracing(logging: &Logging) {
-    use tracing_subscriber::EnvFilter;
-    let ours = match logging.verbosity {
-        0..=1 => "info",
-        2..=5 => "debug",
-        _ => "trace",
-    };
-    let others = if logging.verbosity >= 8 {
-        "debug"
-    } else {
-        "info"
-    };
-    let requests = if logging.verbosity >= 3 {
-        "info"
-    } else {
-        "off"
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!(
-            "{others},apiserver={ours},metrics_server={ours},scraper={ours},tls={ours},{}={requests}",
-            apiserver::serve::httplog::TARGET
-        ))
-    });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // As k8s.io/component-base's formats write: text to stderr and JSON to stdout, each as
-    // one stream; split, errors to stderr and the rest to stdout.
-    let _ = match logging.logging_format {
-        LoggingFormat::Text if logging.log_text_split_stream => {
-            builder.with_writer(split()).with_ansi(false).try_init()
-        }
-        LoggingFormat::Text => builder
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .try_init(),
-        LoggingFormat::Json if logging.log_json_split_stream => {
-            builder.with_writer(split()).json().try_init()
-        }
-        LoggingFormat::Json => builder.with_writer(std::io::stdout).json().try_init(),
-    };
-}
-
-/// Errors to stderr, everything else to stdout (`--log-*-split-stream`).
-fn split() -> impl for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static {
-    use tracing_subscriber::fmt::writer::MakeWriterExt as _;
-    std::io::stderr
-        .with_max_level(tracing::Level::ERROR)
-        .or_else(std::io::stdout)
 }

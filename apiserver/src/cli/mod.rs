@@ -10,6 +10,7 @@
 
 mod duration;
 mod groups;
+pub mod logging;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;

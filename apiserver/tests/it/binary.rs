@@ -144,24 +144,47 @@ fn flags_without_effect_are_named_at_start_in_the_format_s_stream() {
     );
     assert!(text(out.stdout).is_empty());
 
+    // JSON in klog's fields, on stdout: the warning (`v` 0) and the error (`err`, no `v`).
+    let json_line = |text: &str, msg: &str| -> Option<serde_json::Value> {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["msg"].as_str().is_some_and(|m| m.contains(msg)))
+    };
     let out = run(&["--logging-format=json"]);
     let stdout = text(out.stdout);
-    let warning: serde_json::Value = stdout
-        .lines()
-        .find(|l| l.contains("these flags change nothing"))
-        .map(|l| serde_json::from_str(l).unwrap())
+    let warning = json_line(&stdout, "these flags change nothing")
         .unwrap_or_else(|| panic!("no JSON warning on stdout: {stdout}"));
-    assert_eq!(warning["level"], "WARN");
+    assert_eq!(warning["v"], 0);
     assert!(
-        stdout.contains("\"level\":\"ERROR\""),
-        "one stream: {stdout}"
+        warning["flags"]
+            .as_str()
+            .unwrap()
+            .contains("audit-policy-file")
+    );
+    let stopped = json_line(&stdout, "metrics-server stopped")
+        .unwrap_or_else(|| panic!("one stream: the error on stdout too: {stdout}"));
+    assert!(stopped.get("v").is_none(), "{stopped}");
+    assert!(
+        stopped["err"]
+            .as_str()
+            .unwrap()
+            .contains("lister client config")
     );
 
     let out = run(&["--logging-format=json", "--log-json-split-stream"]);
     let (stdout, stderr) = (text(out.stdout), text(out.stderr));
-    assert!(stdout.contains("these flags change nothing"), "{stdout}");
-    assert!(!stdout.contains("\"level\":\"ERROR\""), "{stdout}");
-    assert!(stderr.contains("\"level\":\"ERROR\""), "{stderr}");
+    assert!(
+        json_line(&stdout, "these flags change nothing").is_some(),
+        "{stdout}"
+    );
+    assert!(
+        json_line(&stdout, "metrics-server stopped").is_none(),
+        "{stdout}"
+    );
+    assert!(
+        json_line(&stderr, "metrics-server stopped").is_some(),
+        "{stderr}"
+    );
 }
 
 /// The name and nice value of each thread of process `pid`.

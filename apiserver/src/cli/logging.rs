@@ -1,0 +1,245 @@
+//! Logging as metrics-server logs (k8s.io/component-base's `logsapi`): `-v` maps klog
+//! verbosity onto levels, text goes to stderr and JSON to stdout, each as one stream, or
+//! errors to stderr and the rest to stdout with `--log-{text,json}-split-stream`; JSON lines
+//! carry klog's fields (`ts`, `caller`, `msg`, `v`, `err`), so that a log pipeline built for
+//! metrics-server reads them.
+
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
+
+use super::{Logging, LoggingFormat};
+
+/// Installs the global subscriber for `logging`; from `-v=3` one line per request
+/// (k8s.io/apiserver's `httplog`). `RUST_LOG` overrides the levels.
+pub fn init(logging: &Logging) {
+    use tracing_subscriber::EnvFilter;
+    let ours = match logging.verbosity {
+        0..=1 => "info",
+        2..=5 => "debug",
+        _ => "trace",
+    };
+    let others = if logging.verbosity >= 8 {
+        "debug"
+    } else {
+        "info"
+    };
+    let requests = if logging.verbosity >= 3 {
+        "info"
+    } else {
+        "off"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!(
+            "{others},apiserver={ours},metrics_server={ours},scraper={ours},tls={ours},{}={requests}",
+            crate::serve::httplog::TARGET
+        ))
+    });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match logging.logging_format {
+        LoggingFormat::Text if logging.log_text_split_stream => {
+            builder.with_writer(split()).with_ansi(false).try_init()
+        }
+        LoggingFormat::Text => builder
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .try_init(),
+        LoggingFormat::Json if logging.log_json_split_stream => {
+            builder.with_writer(split()).event_format(Klog).try_init()
+        }
+        LoggingFormat::Json => builder
+            .with_writer(std::io::stdout)
+            .event_format(Klog)
+            .try_init(),
+    };
+}
+
+/// Errors to stderr, everything else to stdout (`--log-*-split-stream`).
+fn split() -> impl for<'w> MakeWriter<'w> + Send + Sync + 'static {
+    use tracing_subscriber::fmt::writer::MakeWriterExt as _;
+    std::io::stderr
+        .with_max_level(Level::ERROR)
+        .or_else(std::io::stdout)
+}
+
+/// One JSON object per event in component-base's JSON format: `ts` (Unix seconds), `caller`
+/// (file:line), `msg`, then `v` (the klog verbosity the level stands for; errors have none)
+/// and the event's fields, its `error` as `err`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Klog;
+
+impl<S, N> FormatEvent<S, N> for Klog
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let now_ns = scraper::clock::unix_now_ns();
+        writeln!(writer, "{}", klog_line(event, now_ns))
+    }
+}
+
+/// The JSON line of `event` logged at `now_ns`.
+fn klog_line(event: &Event<'_>, now_ns: i64) -> String {
+    let meta = event.metadata();
+    let mut fields = Fields::default();
+    event.record(&mut fields);
+    let mut line = String::with_capacity(128);
+    line.push_str("{\"ts\":");
+    line.push_str(&json(&serde_json::Value::from(now_ns as f64 / 1e9)));
+    if let (Some(file), Some(number)) = (meta.file(), meta.line()) {
+        let file = file.rsplit('/').next().unwrap_or(file);
+        line.push_str(",\"caller\":");
+        line.push_str(&json(&format!("{file}:{number}").into()));
+    }
+    line.push_str(",\"msg\":");
+    line.push_str(&json(&fields.message.unwrap_or_default().into()));
+    let verbosity = match *meta.level() {
+        Level::ERROR => None,
+        Level::WARN | Level::INFO => Some(0),
+        Level::DEBUG => Some(2),
+        Level::TRACE => Some(6),
+    };
+    if let Some(v) = verbosity {
+        line.push_str(",\"v\":");
+        line.push_str(&v.to_string());
+    }
+    for (name, value) in fields.rest {
+        let name = if name == "error" { "err" } else { name };
+        line.push(',');
+        line.push_str(&json(&name.into()));
+        line.push(':');
+        line.push_str(&json(&value));
+    }
+    line.push('}');
+    line
+}
+
+fn json(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// An event's message and other fields, in the order they were recorded.
+#[derive(Default)]
+struct Fields {
+    message: Option<String>,
+    rest: Vec<(&'static str, serde_json::Value)>,
+}
+
+impl Fields {
+    fn push(&mut self, field: &Field, value: serde_json::Value) {
+        if field.name() == "message" {
+            self.message = Some(match value {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            });
+        } else {
+            self.rest.push((field.name(), value));
+        }
+    }
+}
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.push(field, format!("{value:?}").into());
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.push(field, value.into());
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.push(field, value.to_string().into());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.push(field, value.into());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.push(field, value.into());
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.push(field, value.into());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.push(field, value.into());
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Lines written by a subscriber formatting with [`Klog`].
+    fn logged(emit: impl FnOnce()) -> Vec<serde_json::Value> {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(Level::TRACE)
+            .with_writer(move || writer.clone())
+            .event_format(Klog)
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    #[test]
+    fn json_lines_carry_klog_s_fields() {
+        let error = std::io::Error::other("connection refused");
+        let lines = logged(|| {
+            tracing::info!(
+                node = "node-1",
+                pods = 30_u64,
+                ready = true,
+                "Scrape finished"
+            );
+            tracing::debug!(quote = "a \"b\"", "Scraping node");
+            tracing::error!(error = &error as &dyn std::error::Error, node = %"node-2", "Failed to scrape node");
+        });
+        assert_eq!(lines.len(), 3);
+        let info = &lines[0];
+        assert!(info["ts"].as_f64().unwrap() > 1.7e9, "{info}");
+        assert!(
+            info["caller"].as_str().unwrap().starts_with("logging.rs:"),
+            "{info}"
+        );
+        assert_eq!(info["msg"], "Scrape finished");
+        assert_eq!(info["v"], 0);
+        assert_eq!(info["node"], "node-1");
+        assert_eq!(info["pods"], 30);
+        assert_eq!(info["ready"], true);
+        assert_eq!(lines[1]["v"], 2);
+        assert_eq!(lines[1]["quote"], "a \"b\"");
+        let failed = &lines[2];
+        assert_eq!(failed["msg"], "Failed to scrape node");
+        assert!(
+            failed.get("v").is_none(),
+            "errors carry no verbosity: {failed}"
+        );
+        assert_eq!(failed["err"], "connection refused");
+        assert_eq!(failed["node"], "node-2");
+    }
+}
