@@ -76,6 +76,22 @@ pub enum Decision {
     Error(String),
 }
 
+/// Which review budget a SubjectAccessReview that a request needs is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// The global budget and the client address's own (a client that called directly).
+    Source(IpAddr),
+    /// The global budget only: the front proxy's requests carry every user's, from one
+    /// address.
+    Global,
+    /// None: requests that are never shed, kube-aggregator's own (its discovery and
+    /// OpenAPI fetches, as `system:kube-aggregator` and `system:aggregator`) and those of the
+    /// paths that are never shed (discovery, OpenAPI, health, `/metrics`). They ask few
+    /// distinct questions, each reviewed once per cache TTL, and a 429 there, with the budget
+    /// spent by autoscalers' selectors, would cost the aggregator its discovery of the API.
+    Exempt,
+}
+
 /// Authorizes requests; cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Authorizer {
@@ -128,17 +144,17 @@ impl Authorizer {
 
     /// Decides, with the global review budget only (see [`Authorizer::authorize_from`]).
     pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Decision {
-        self.authorize_from(user, attrs, None).await
+        self.authorize_from(user, attrs, Budget::Global).await
     }
 
-    /// Decides. A review this needs is made within the budget of `source` (none: only the
-    /// global one, as for the front proxy's requests), once per question however many ask
-    /// it at once; a review that fails is an [`Decision::Error`], never an allow or a deny.
+    /// Decides. A review this needs is made within `budget`, once per question however many
+    /// ask it at once; a review that fails is an [`Decision::Error`], never an allow or a
+    /// deny.
     pub async fn authorize_from(
         &self,
         user: &UserInfo,
         attrs: &Attributes,
-        source: Option<IpAddr>,
+        budget: Budget,
     ) -> Decision {
         if self.allows_every_request(user) {
             return Decision::Allow;
@@ -162,7 +178,12 @@ impl Authorizer {
         let answer = self
             .reviews
             .get_or_review(&key, || async {
-                self.limiter.check(source).map_err(Failure::Throttled)?;
+                match budget {
+                    Budget::Source(source) => self.limiter.check(Some(source)),
+                    Budget::Global => self.limiter.check(None),
+                    Budget::Exempt => Ok(()),
+                }
+                .map_err(Failure::Throttled)?;
                 let status = review::call_with_retry(|| self.call(api, &spec)).await?;
                 Ok(if status.allowed {
                     (Decision::Allow, self.authorized_ttl)

@@ -2,7 +2,9 @@
 //! k8s.io/apiserver's `DefaultBuildHandlerChain` order: [`Authentication`] first (401 on a
 //! rejected credential), then whatever load shedding sits between, then [`Authorization`]
 //! (403 with the upstream wording on a deny), so a shed request costs no SubjectAccessReview.
-//! A review over the review budget is a 429 with `Retry-After`; a review that fails is a 500,
+//! A review over the review budget is a 429 with `Retry-After` (never for a request that is
+//! never shed: kube-aggregator's own, and discovery, OpenAPI and health); a review that fails
+//! is a 500,
 //! as k8s.io/apiserver answers an authorizer's error.
 
 use std::time::Duration;
@@ -13,7 +15,8 @@ use futures::future::BoxFuture;
 use http::request::Parts;
 
 use super::router::{Filter, PeerCertificates, RemoteAddr, Verdict};
-use crate::auth::{self, Authenticator, AuthnError, Authorizer, Decision, UserInfo, Via};
+use crate::auth::{self, Authenticator, AuthnError, Authorizer, Budget, Decision, UserInfo, Via};
+use crate::shed::class::{Class, class_of, exempt_path};
 use crate::status::Status;
 
 /// Authenticates every request (`WithAuthentication`): front-proxy headers behind a trusted
@@ -96,12 +99,20 @@ impl Filter for Authorization {
                 return Verdict::Pass(None);
             }
             let attrs = auth::attributes(&parts.method, parts.uri.path(), parts.uri.query());
-            // The front proxy's requests carry every user's: only the global budget holds them.
-            let source = match parts.extensions.get::<Via>() {
-                Some(Via::FrontProxy) => None,
-                _ => parts.extensions.get::<RemoteAddr>().map(|a| a.0.ip()),
+            // Never-shed requests are never held to the budget either; the front proxy's
+            // carry every user's, so only the global budget holds them.
+            let budget = if class_of(Some(user)) == Class::Exempt || exempt_path(parts.uri.path()) {
+                Budget::Exempt
+            } else {
+                match (
+                    parts.extensions.get::<Via>(),
+                    parts.extensions.get::<RemoteAddr>(),
+                ) {
+                    (Some(Via::FrontProxy), _) | (_, None) => Budget::Global,
+                    (_, Some(remote)) => Budget::Source(remote.0.ip()),
+                }
             };
-            let verdict = match self.authorizer.authorize_from(user, &attrs, source).await {
+            let verdict = match self.authorizer.authorize_from(user, &attrs, budget).await {
                 Decision::Allow => Verdict::Pass(None),
                 Decision::Throttled(wait) => {
                     Verdict::Reject(too_many_requests(wait).into_negotiated(&parts.headers))

@@ -9,8 +9,8 @@ use super::authn::{alice, proxied_alice};
 use super::fake::FakeApi;
 use super::*;
 use crate::auth::{
-    Attributes, Authorizer, AuthzConfig, AuthzError, Decision, ReviewLimits, UserInfo, attributes,
-    forbidden,
+    Attributes, Authorizer, AuthzConfig, AuthzError, Budget, Decision, ReviewLimits, UserInfo,
+    attributes, forbidden,
 };
 
 fn get(path: &str, query: Option<&str>) -> Attributes {
@@ -195,7 +195,7 @@ async fn reviews_past_the_budget_are_throttled_and_cached_answers_are_free() {
         Some(api.client.clone()),
     )
     .expect("authorizer");
-    let source = Some(std::net::IpAddr::from([192, 0, 2, 7]));
+    let source = Budget::Source(std::net::IpAddr::from([192, 0, 2, 7]));
     let namespace = |ns: &str| {
         get(
             &format!("/apis/metrics.k8s.io/v1/namespaces/{ns}/pods"),

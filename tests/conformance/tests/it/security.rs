@@ -542,6 +542,67 @@ async fn front_proxy_attributes_reach_the_review_exactly_and_answers_are_cached(
     shutdown.cancel();
 }
 
+/// The review budget holds the questions of autoscalers and people, never kube-aggregator's
+/// own (its discovery and OpenAPI fetches, legacy discovery as `system:kube-aggregator`
+/// without groups) nor the paths that are never shed: with the budget spent by HPA-shaped
+/// selectors, the aggregator still discovers the API and an HPA gets its short 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_review_budget_never_refuses_the_aggregator_or_discovery() {
+    let shutdown = CancellationToken::new();
+    let cp = control_plane(&shutdown).await;
+    cp.reviews().set_policy(allow_if(|_| true));
+    let server = start_server(
+        &cp,
+        |s| {
+            s.authz.review_limits = apiserver::auth::ReviewLimits {
+                qps: 1,
+                per_source_qps: 1,
+            }
+        },
+        Vec::new(),
+    )
+    .await;
+    let proxy = client_cert(cp.front_proxy_ca(), FRONT_PROXY_CLIENT);
+    let hpa: &[(&str, &str)] = &[
+        (
+            "x-remote-user",
+            "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+        ),
+        ("x-remote-group", "system:serviceaccounts"),
+    ];
+    // A burst of two, then the budget is spent: each selector is a question of its own.
+    let mut statuses = Vec::new();
+    for target in 0..4 {
+        let path = format!(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dt{target}"
+        );
+        statuses.push(must_get(server.addr, Some(&proxy), &path, hpa).await.0);
+    }
+    assert!(statuses[..2].iter().all(|s| served(*s)), "{statuses:?}");
+    assert_eq!(statuses[3], StatusCode::TOO_MANY_REQUESTS, "{statuses:?}");
+    let reviewed = reviews_by_server(&cp).len();
+
+    let aggregator: &[(&str, &str)] = &[("x-remote-user", "system:kube-aggregator")];
+    for path in [
+        "/apis/metrics.k8s.io/v1beta1",
+        "/apis/metrics.k8s.io/v1",
+        "/openapi/v2",
+    ] {
+        let (status, body) = must_get(server.addr, Some(&proxy), path, aggregator).await;
+        assert!(served(status), "{path}: {status}: {body}");
+    }
+    // Discovery for an HPA too: a never-shed path is never over the budget.
+    let (status, body) = must_get(server.addr, Some(&proxy), "/apis", hpa).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        reviews_by_server(&cp).len(),
+        reviewed + 4,
+        "each reviewed, none refused"
+    );
+    server.stop().await;
+    shutdown.cancel();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_proxy_ca_rotated_in_the_configmap_takes_effect_within_seconds() {
     let shutdown = CancellationToken::new();
