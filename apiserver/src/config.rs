@@ -149,6 +149,46 @@ pub struct Listen {
     /// `--permit-port-sharing`: `SO_REUSEPORT`, so that more than one process may listen on
     /// the address and port.
     pub reuse_port: bool,
+    /// `--tls-sni-cert-key`: certificates for the names clients ask for, in priority order.
+    pub sni: Vec<SniCert>,
+}
+
+/// A `--tls-sni-cert-key` pair, reloaded when its files change as the default one is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SniCert {
+    /// The certificate file (PEM, the chain after the leaf).
+    pub cert: PathBuf,
+    /// Its private key file.
+    pub key: PathBuf,
+    /// Domain patterns (`foo.com`, `*.foo.com`) it is served for; none: the certificate's
+    /// own names.
+    pub names: Vec<String>,
+}
+
+impl std::str::FromStr for SniCert {
+    type Err = String;
+
+    /// `cert,key` or `cert,key:pattern,pattern` (k8s.io/component-base's `NamedCertKey`).
+    fn from_str(value: &str) -> Result<Self, String> {
+        let (pair, names) = value.split_once(':').unwrap_or((value, ""));
+        let files: Vec<&str> = pair.split(',').map(str::trim).collect();
+        let [cert, key] = files.as_slice() else {
+            return Err("expected comma separated certificate and key file paths".to_owned());
+        };
+        if cert.is_empty() || key.is_empty() {
+            return Err("expected comma separated certificate and key file paths".to_owned());
+        }
+        Ok(SniCert {
+            cert: PathBuf::from(cert),
+            key: PathBuf::from(key),
+            names: names
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        })
+    }
 }
 
 impl Default for Listen {
@@ -157,6 +197,7 @@ impl Default for Listen {
             address: SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), DEFAULT_SECURE_PORT),
             cert: ServingCert::self_signed_in(DEFAULT_CERT_DIR),
             reuse_port: false,
+            sni: Vec::new(),
         }
     }
 }
@@ -172,6 +213,7 @@ impl Listen {
                 sans: vec!["localhost".to_owned()],
             },
             reuse_port: false,
+            sni: Vec::new(),
         }
     }
 }

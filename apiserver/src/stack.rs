@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
+use rustls::server::ResolvesServerCert;
 use scraper::inventory::Inventory;
 use scraper::metrics::NodeSeries;
 use scraper::scrape::Progress;
@@ -154,27 +155,39 @@ pub fn build_router(parts: Parts, mut registry: Registry) -> Stack {
 }
 
 /// The HTTPS server over `router`, on `listener` or else bound to `listen.address`,
-/// presenting `listen.cert`; with the certificate's reloader when it comes from files.
+/// presenting `listen.cert`, and `listen.sni`'s certificates to clients asking for their
+/// names; with a reloader for each certificate that comes from files.
 pub async fn serve(
     listen: &Listen,
     listener: Option<TcpListener>,
     router: Arc<Router>,
     config: serve::Config,
     reloads: &Reloads,
-) -> Result<(Server, Option<Reloader>), serve::Error> {
-    let (certs, reloader) = match &listen.cert {
+) -> Result<(Server, Vec<Reloader>), serve::Error> {
+    let (default, mut reloaders) = match &listen.cert {
         ServingCert::Files { cert, key } => {
             let (certs, reloader) = cert::reloaded(cert, key, reloads)?;
-            (certs, Some(reloader))
+            (certs, vec![reloader])
         }
         ServingCert::SelfSigned { dir, sans } => (
             Arc::new(cert::Certs::new(cert::self_signed_in(dir, sans)?)),
-            None,
+            Vec::new(),
         ),
+    };
+    let certs: Arc<dyn ResolvesServerCert> = if listen.sni.is_empty() {
+        default
+    } else {
+        let mut named = Vec::with_capacity(listen.sni.len());
+        for sni in &listen.sni {
+            let (certs, reloader) = cert::reloaded(&sni.cert, &sni.key, reloads)?;
+            reloaders.push(reloader);
+            named.push(cert::Named::new(certs, &sni.names));
+        }
+        Arc::new(cert::Sni::new(default, named))
     };
     let listener = match listener {
         Some(listener) => listener,
         None => serve::bind(listen.address, listen.reuse_port)?,
     };
-    Ok((Server::new(listener, certs, router, config)?, reloader))
+    Ok((Server::new(listener, certs, router, config)?, reloaders))
 }

@@ -463,8 +463,11 @@ pub struct SecureServing {
 
     /// A pair of x509 certificate and private key file paths, optionally suffixed with a
     /// list of domain patterns which are fully qualified domain names, possibly with prefixed
-    /// wildcard segments. Not supported here: the server refuses to start with it rather
-    /// than serve the wrong certificate.
+    /// wildcard segments. If no domain patterns are provided, the names of the certificate
+    /// are extracted. Non-wildcard matches trump over wildcard matches, explicit domain
+    /// patterns trump over extracted names. For multiple key/certificate pairs, use the
+    /// --tls-sni-cert-key multiple times. Examples: "example.crt,example.key" or
+    /// "foo.crt,foo.key:*.foo.com,foo.com". Reloaded when the files change.
     #[arg(long, value_name = "namedCertKey", action = ArgAction::Append)]
     pub tls_sni_cert_key: Vec<String>,
 

@@ -103,9 +103,9 @@ pub enum Error {
     /// `--tls-cipher-suites` or `--tls-curve-preferences` named something unknown.
     #[error(transparent)]
     Tls(#[from] tls::policy::PolicyError),
-    /// A flag metrics-server has that this server refuses rather than half-honour.
-    #[error("--{0} is not supported by this server: {1}")]
-    Unsupported(&'static str, &'static str),
+    /// A `--tls-sni-cert-key` value that is not `cert,key[:patterns]`.
+    #[error("invalid argument {0:?} for \"--tls-sni-cert-key\" flag: {1}")]
+    SniCertKey(String, String),
 }
 
 /// The smallest `--metric-resolution` metrics-server accepts.
@@ -200,14 +200,22 @@ impl Flags {
         if self.serving.max_connections == 0 {
             return Err(Error::NotPositive("max-connections"));
         }
-        if !self.serving.tls_sni_cert_key.is_empty() {
-            return Err(Error::Unsupported(
-                "tls-sni-cert-key",
-                "every client gets the --tls-cert-file certificate (or the self-signed one)",
-            ));
-        }
+        self.sni_certs()?;
         self.tls_policy()?;
         Ok(())
+    }
+
+    /// `--tls-sni-cert-key`, each `cert,key[:pattern,...]`.
+    pub fn sni_certs(&self) -> Result<Vec<crate::config::SniCert>, Error> {
+        self.serving
+            .tls_sni_cert_key
+            .iter()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| {
+                v.parse()
+                    .map_err(|reason| Error::SniCertKey(v.clone(), reason))
+            })
+            .collect()
     }
 
     /// What `--tls-min-version`, `--tls-cipher-suites` and `--tls-curve-preferences` ask of
@@ -391,6 +399,7 @@ impl Flags {
                     },
                 },
                 reuse_port: s.permit_port_sharing,
+                sni: self.sni_certs()?,
             },
             serving: crate::serve::Config {
                 http2: !s.disable_http2_serving,

@@ -515,6 +515,7 @@ const GO_FLAGS: &[&str] = &[
     "--tls-curve-preferences=X25519,CurveP256",
     "--tls-min-version=VersionTLS12",
     "--tls-private-key-file=/tls.key",
+    "--tls-sni-cert-key=/sni.crt,/sni.key:*.example.com,example.com",
     // Apiserver authentication
     "--authentication-kubeconfig=/authn",
     "--authentication-skip-lookup=false",
@@ -583,8 +584,8 @@ const GO_FLAGS: &[&str] = &[
 #[test]
 fn every_flag_of_metrics_server_is_accepted() {
     // 104 in all: besides these, --kubelet-certificate-authority-text (which excludes
-    // --kubelet-certificate-authority, tested apart) and --tls-sni-cert-key (refused, below).
-    assert_eq!(GO_FLAGS.len(), 102);
+    // --kubelet-certificate-authority, tested apart).
+    assert_eq!(GO_FLAGS.len(), 103);
     for flag in GO_FLAGS {
         assert!(
             Flags::try_parse_from(["metrics-server", flag]).is_ok(),
@@ -664,7 +665,33 @@ fn go_validation_of_the_generic_and_serving_flags() {
         "Cipher suite TLS_FOO not supported or doesn't exist"
     );
     assert!(error(&["--tls-curve-preferences=CurveP521"]).contains("none of the curves"));
-    assert!(error(&["--tls-sni-cert-key=a.crt,a.key:*.example.com"]).contains("not supported"));
+    assert_eq!(
+        error(&["--tls-sni-cert-key=a.crt"]),
+        "invalid argument \"a.crt\" for \"--tls-sni-cert-key\" flag: \
+         expected comma separated certificate and key file paths"
+    );
+    assert_eq!(
+        parse(&[
+            "--tls-sni-cert-key=a.crt,a.key",
+            "--tls-sni-cert-key=b.crt,b.key:*.b.example, b.example",
+        ])
+        .settings()
+        .unwrap()
+        .listen
+        .sni,
+        [
+            crate::config::SniCert {
+                cert: "a.crt".into(),
+                key: "a.key".into(),
+                names: vec![],
+            },
+            crate::config::SniCert {
+                cert: "b.crt".into(),
+                key: "b.key".into(),
+                names: vec!["*.b.example".into(), "b.example".into()],
+            },
+        ]
+    );
     // Empty lists are no lists.
     let settings = parse(&[
         "--tls-cipher-suites=",

@@ -45,34 +45,153 @@ pub enum Error {
     },
 }
 
-/// The certificate served right now; swapped whole on reload.
+/// The certificate served right now, with the names it is for; swapped whole on reload.
 #[derive(Debug)]
 pub struct Certs {
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<(Arc<CertifiedKey>, Arc<[String]>)>,
 }
 
 impl Certs {
     /// Serves `key`.
     pub fn new(key: CertifiedKey) -> Self {
+        let names = names_of(&key);
         Certs {
-            current: RwLock::new(Arc::new(key)),
+            current: RwLock::new((Arc::new(key), names)),
         }
     }
 
     /// The certificate being served.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        self.current.read().clone()
+        self.current.read().0.clone()
+    }
+
+    /// The names of the certificate being served, as k8s.io/apiserver extracts them for
+    /// SNI: the common name when it is a DNS name (not an IP address), then the DNS and IP
+    /// subject alternative names; lower-cased.
+    pub fn names(&self) -> Arc<[String]> {
+        self.current.read().1.clone()
     }
 
     /// Serves `key` from the next handshake on.
     pub fn replace(&self, key: CertifiedKey) {
-        *self.current.write() = Arc::new(key);
+        let names = names_of(&key);
+        *self.current.write() = (Arc::new(key), names);
     }
 }
 
 impl ResolvesServerCert for Certs {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
+    }
+}
+
+/// See [`Certs::names`].
+fn names_of(key: &CertifiedKey) -> Arc<[String]> {
+    let Some(Ok((_, leaf))) = key
+        .cert
+        .first()
+        .map(|c| x509_parser::parse_x509_certificate(c))
+    else {
+        return Arc::from([]);
+    };
+    let common_name = leaf
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .filter(|cn| cn.parse::<std::net::IpAddr>().is_err() && is_dns_pattern(cn));
+    common_name
+        .map(str::to_owned)
+        .into_iter()
+        .chain(subject_alt_names(&leaf))
+        .map(|name| name.to_ascii_lowercase())
+        .collect()
+}
+
+/// A DNS name, or one with a leading `*.` label (RFC 1123 labels).
+fn is_dns_pattern(name: &str) -> bool {
+    let name = name.strip_prefix("*.").unwrap_or(name);
+    name == "*"
+        || (!name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            }))
+}
+
+/// `--tls-sni-cert-key` pairs before the default certificate, as k8s.io/apiserver chooses
+/// (`dynamiccertificates`): for the name a client asks for (SNI), an exact match before a
+/// wildcard one (the name with its first label as `*`), a pair's explicit patterns before
+/// the names taken from a pair's certificate when it has none, earlier pairs first; the
+/// default certificate when nothing matches or no name was sent.
+#[derive(Debug)]
+pub struct Sni {
+    default: Arc<Certs>,
+    named: Vec<Named>,
+}
+
+/// One `--tls-sni-cert-key` pair.
+#[derive(Debug)]
+pub struct Named {
+    certs: Arc<Certs>,
+    /// Lower-cased; empty: the certificate's own names.
+    patterns: Vec<String>,
+}
+
+impl Named {
+    /// `certs`, for `patterns` (none: the certificate's own names).
+    pub fn new(certs: Arc<Certs>, patterns: &[String]) -> Self {
+        Named {
+            certs,
+            patterns: patterns
+                .iter()
+                .map(|p| p.trim().to_ascii_lowercase())
+                .filter(|p| !p.is_empty())
+                .collect(),
+        }
+    }
+}
+
+impl Sni {
+    /// `named` in priority order, `default` for everything else.
+    pub fn new(default: Arc<Certs>, named: Vec<Named>) -> Self {
+        Sni { default, named }
+    }
+
+    /// The certificate for a client asking for `server_name`.
+    pub fn for_name(&self, server_name: Option<&str>) -> Arc<CertifiedKey> {
+        let Some(name) = server_name.map(str::to_ascii_lowercase) else {
+            return self.default.current();
+        };
+        let wildcard = name.split_once('.').map(|(_, rest)| format!("*.{rest}"));
+        for candidate in std::iter::once(name.as_str()).chain(wildcard.as_deref()) {
+            let explicit = self
+                .named
+                .iter()
+                .find(|n| n.patterns.iter().any(|p| p == candidate));
+            let extracted = || {
+                self.named
+                    .iter()
+                    .filter(|n| n.patterns.is_empty())
+                    .find(|n| n.certs.names().iter().any(|p| p == candidate))
+            };
+            if let Some(named) = explicit.or_else(extracted) {
+                return named.certs.current();
+            }
+        }
+        self.default.current()
+    }
+}
+
+impl ResolvesServerCert for Sni {
+    fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.for_name(client_hello.server_name()))
     }
 }
 
@@ -243,6 +362,26 @@ mod tests {
     fn leaf_sans(key: &CertifiedKey) -> Vec<String> {
         let (_, parsed) = x509_parser::parse_x509_certificate(&key.cert[0]).unwrap();
         subject_alt_names(&parsed)
+    }
+
+    #[test]
+    fn sni_names_are_the_dns_common_name_and_the_sans() {
+        let names = |cn: &str, sans: &[&str]| {
+            let issued = tls::issue::self_signed(
+                cn,
+                &sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            Certs::new(tls::server::certified_key(&issued.identity).unwrap()).names()
+        };
+        assert_eq!(
+            &*names("Web.Example", &["alt.example", "10.0.0.2"]),
+            ["web.example", "alt.example", "10.0.0.2"]
+        );
+        assert_eq!(&*names("*.wild.example", &[]), ["*.wild.example"]);
+        // A common name that is an address, or no DNS name at all, is not a name.
+        assert_eq!(&*names("10.0.0.1", &["x.example"]), ["x.example"]);
+        assert_eq!(&*names("metrics server", &["x.example"]), ["x.example"]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use apiserver::config::ServingCert;
+use clap::Parser as _;
 use http::StatusCode;
 
 use crate::support::{Client, eventually, sans_of, served_leaf, start, start_with};
@@ -134,5 +135,114 @@ async fn tls13_only_when_asked() {
         stream.get_ref().1.protocol_version(),
         Some(rustls::ProtocolVersion::TLSv1_3)
     );
+    server.shutdown.cancel();
+}
+
+/// `--tls-sni-cert-key`: the certificate for the name a client asks for, as k8s.io/apiserver
+/// picks it (exact before wildcard, a pair's patterns before the names in a pair's
+/// certificate), the default one otherwise; a pair's files are reloaded like the default's.
+#[tokio::test]
+async fn sni_certificates_are_chosen_by_the_name_asked_for_and_reloaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tls::issue::Ca::new("serving-ca").unwrap();
+    let leaf = |cn: &str, sans: &[&str]| {
+        ca.issue(&tls::issue::LeafSpec {
+            common_name: cn.into(),
+            sans: sans.iter().map(|s| (*s).to_owned()).collect(),
+            server: true,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let dir = tmp.path().to_path_buf();
+    let write = |name: &str, issued: &tls::issue::Issued| {
+        let (cert, key) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&key, &issued.key_pem).unwrap();
+        std::fs::write(&cert, &issued.cert_pem).unwrap();
+        (cert, key)
+    };
+    // Its own names (CN and SANs) pick `own`; `patterns` is for what its flag lists, not
+    // for the names in it; `shadowed` lists a name `patterns` lists too, and comes later.
+    let own = leaf("own.example", &["alt.own.example"]);
+    let patterns = leaf("patterns", &["unlisted.example"]);
+    let shadowed = leaf("shadowed", &["shadowed.example"]);
+    let (own_cert, own_key) = write("own", &own);
+    let (patterns_cert, patterns_key) = write("patterns", &patterns);
+    let (shadowed_cert, shadowed_key) = write("shadowed", &shadowed);
+    let sni = [
+        format!("{},{}", own_cert.display(), own_key.display()),
+        format!(
+            "{},{}:*.wild.example,exact.wild.example,EXPLICIT.example",
+            patterns_cert.display(),
+            patterns_key.display()
+        ),
+        format!(
+            "{},{}:explicit.example",
+            shadowed_cert.display(),
+            shadowed_key.display()
+        ),
+    ];
+    let flags = apiserver::cli::Flags::try_parse_from(
+        std::iter::once("metrics-server".to_owned())
+            .chain(sni.iter().map(|v| format!("--tls-sni-cert-key={v}"))),
+    )
+    .unwrap();
+    let sni = flags.sni_certs().unwrap();
+    let server = start_with(|s| s.listen.sni = sni, Vec::new(), Some(tmp)).await;
+    let default = std::fs::read(server.cert_dir().join("apiserver.crt")).unwrap();
+    let default = tls::pem::certs_from_slice(&default, "default").unwrap()[0].to_vec();
+    let leaf_for = |name: &'static str| {
+        let client = Client {
+            server_name: name.to_owned(),
+            ..Client::insecure()
+        };
+        let addr = server.addr;
+        async move { served_leaf(&client, addr).await.unwrap() }
+    };
+    let der = |issued: &tls::issue::Issued| issued.identity.chain[0].to_vec();
+    assert_eq!(leaf_for("own.example").await, der(&own), "its CN");
+    assert_eq!(
+        leaf_for("ALT.own.example").await,
+        der(&own),
+        "a SAN, any case"
+    );
+    assert_eq!(
+        leaf_for("a.wild.example").await,
+        der(&patterns),
+        "a wildcard"
+    );
+    assert_eq!(leaf_for("exact.wild.example").await, der(&patterns));
+    assert_eq!(
+        leaf_for("explicit.example").await,
+        der(&patterns),
+        "first pair wins"
+    );
+    assert_eq!(
+        leaf_for("a.b.wild.example").await,
+        default,
+        "one label only"
+    );
+    assert_eq!(
+        leaf_for("unlisted.example").await,
+        default,
+        "patterns replace its names"
+    );
+    assert_eq!(leaf_for("localhost").await, default);
+    assert_eq!(
+        leaf_for("127.0.0.1").await,
+        default,
+        "no SNI for an address"
+    );
+
+    let renewed = leaf("own.example", &["alt.own.example"]);
+    write("own", &renewed);
+    let took = eventually(Duration::from_secs(5), || async {
+        (leaf_for("own.example").await == der(&renewed)).then_some(())
+    })
+    .await;
+    assert!(took.is_some(), "the renewed SNI certificate was not served");
     server.shutdown.cancel();
 }
