@@ -67,8 +67,8 @@ fn split() -> impl for<'w> MakeWriter<'w> + Send + Sync + 'static {
 }
 
 /// One JSON object per event in component-base's JSON format: `ts` (Unix seconds), `caller`
-/// (file:line), `msg`, then `v` (the klog verbosity the level stands for; errors have none)
-/// and the event's fields, its `error` as `err`.
+/// (directory/file:line, zap's short form), `msg`, then `v` (the klog verbosity the level
+/// stands for; errors have none) and the event's fields, its `error` as `err`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Klog;
 
@@ -97,7 +97,11 @@ fn klog_line(event: &Event<'_>, now_ns: i64) -> String {
     line.push_str("{\"ts\":");
     line.push_str(&json(&serde_json::Value::from(now_ns as f64 / 1e9)));
     if let (Some(file), Some(number)) = (meta.file(), meta.line()) {
-        let file = file.rsplit('/').next().unwrap_or(file);
+        // zap's short form: the file and its directory.
+        let file = file
+            .rmatch_indices('/')
+            .nth(1)
+            .map_or(file, |(at, _)| &file[at + 1..]);
         line.push_str(",\"caller\":");
         line.push_str(&json(&format!("{file}:{number}").into()));
     }
@@ -223,7 +227,10 @@ mod tests {
         let info = &lines[0];
         assert!(info["ts"].as_f64().unwrap() > 1.7e9, "{info}");
         assert!(
-            info["caller"].as_str().unwrap().starts_with("logging.rs:"),
+            info["caller"]
+                .as_str()
+                .unwrap()
+                .starts_with("cli/logging.rs:"),
             "{info}"
         );
         assert_eq!(info["msg"], "Scrape finished");
