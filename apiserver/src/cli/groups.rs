@@ -177,8 +177,9 @@ pub struct Generic {
 
     /// If true the HTTP Server will continue listening until all non long running
     /// request(s) in flight have been drained, during this window all incoming requests will
-    /// be rejected with a status code 429 and a 'Retry-After' response header. Accepted; no
-    /// effect: the listener closes when draining starts.
+    /// be rejected with a status code 429 and a 'Retry-After' response header, in addition
+    /// 'Connection: close' response header is set in order to tear down the TCP connection
+    /// when idle.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", value_parser = go_bool, action = ArgAction::Set,
           value_name = "bool", hide_default_value = true)]

@@ -266,7 +266,6 @@ impl Flags {
                 "runtime-config-emulation-forward-compatible",
                 g.runtime_config_emulation_forward_compatible,
             ),
-            ("shutdown-send-retry-after", g.shutdown_send_retry_after),
             (
                 "storage-initialization-timeout",
                 g.storage_initialization_timeout.0 != Duration::from_secs(60),
@@ -408,6 +407,7 @@ impl Flags {
                 max_connections: s.max_connections,
                 request_timeout: g.request_timeout.0,
                 hsts: hsts(&g.strict_transport_security_directives),
+                shutdown_send_retry_after: g.shutdown_send_retry_after,
                 goaway_chance: g.goaway_chance,
                 ..crate::serve::Config::default()
             },

@@ -601,6 +601,7 @@ fn every_flag_of_metrics_server_is_accepted() {
         "max-age=31536000; includeSubDomains; preload"
     );
     assert_eq!(settings.serving.goaway_chance, 0.001);
+    assert!(settings.serving.shutdown_send_retry_after);
     assert!(!settings.listen.reuse_port);
     let tls = &settings.serving.tls;
     assert_eq!(tls.tls12_suites.as_ref().unwrap().len(), 1);
@@ -621,7 +622,6 @@ fn every_flag_of_metrics_server_is_accepted() {
             "feature-gates",
             "livez-grace-period",
             "min-compatibility-version",
-            "shutdown-send-retry-after",
             "audit-policy-file",
             "audit-log-path",
             "audit-webhook-config-file",

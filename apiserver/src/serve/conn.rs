@@ -100,8 +100,19 @@ pub fn http2_max_streams(flag: u32) -> u32 {
     }
 }
 
+/// What a connection answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// The router's answers.
+    Serving,
+    /// Accepted while draining with `--shutdown-send-retry-after`: every request gets the
+    /// shutdown 429 ([`shutting_down`]).
+    ShuttingDown,
+}
+
 /// Serves one accepted TCP connection until it ends, is idle too long, or `shutdown` (then
 /// in-flight requests finish first). `_seat` is its place under the connection cap.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn serve(
     stream: TcpStream,
     remote: SocketAddr,
@@ -110,6 +121,7 @@ pub(super) async fn serve(
     config: Arc<Config>,
     shutdown: CancellationToken,
     _seat: Seat,
+    mode: Mode,
 ) {
     let _ = stream.set_nodelay(true);
     let abort = Arc::new(AtomicBool::new(false));
@@ -159,6 +171,7 @@ pub(super) async fn serve(
         let goaway = goaway.clone();
         let hsts = config.hsts.clone();
         let goaway_chance = config.goaway_chance;
+        let retry_after_only = mode == Mode::ShuttingDown;
         let request_timeout = config.request_timeout;
         let head_limit = config
             .max_header_bytes
@@ -170,7 +183,7 @@ pub(super) async fn serve(
                 extensions.insert(peer.clone());
             }
             let deadline = Arc::new(Deadline::new(Instant::now() + request_timeout));
-            if request.version() == Version::HTTP_2 && draws(goaway_chance) {
+            if request.version() == Version::HTTP_2 && (retry_after_only || draws(goaway_chance)) {
                 goaway.notify_one();
             }
             let in_flight = if request.version() == Version::HTTP_2 {
@@ -184,7 +197,9 @@ pub(super) async fn serve(
                 request.version() != Version::HTTP_2 && http1_head_bytes(&request) > head_limit;
             let hsts = hsts.clone();
             async move {
-                let mut response = if too_large {
+                let mut response = if retry_after_only {
+                    shutting_down(request.headers(), request.version())
+                } else if too_large {
                     header_fields_too_large()
                 } else {
                     answer(&router, request, &deadline).await
@@ -399,6 +414,23 @@ fn http1_head_bytes<B>(request: &Request<B>) -> usize {
 
 /// Go's answer to a request head over its limit (net/http's `errTooLarge`), after which the
 /// connection is closed.
+/// The answer to a request that arrives while the server drains with
+/// `--shutdown-send-retry-after` (k8s.io/apiserver's `WithRetryAfter`): 429, come back in 5 s,
+/// on a connection that closes after it (over h2, the connection's GOAWAY).
+fn shutting_down(headers: &http::HeaderMap, version: Version) -> Response<crate::body::Body> {
+    let mut response = crate::status::Status::too_many_requests(
+        "The apiserver is shutting down, please try again later.",
+        5,
+    )
+    .into_negotiated(headers);
+    if version != Version::HTTP_2 {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 fn header_fields_too_large() -> Response<crate::body::Body> {
     const TEXT: &str = "431 Request Header Fields Too Large";
     let mut response = Response::new(crate::body::full(Bytes::from_static(TEXT.as_bytes())));

@@ -89,6 +89,11 @@ pub struct Config {
     /// `--strict-transport-security-directives`, joined: the `Strict-Transport-Security`
     /// header of every response (k8s.io/apiserver's `WithHSTS`); `None`: no header.
     pub hsts: Option<http::HeaderValue>,
+    /// `--shutdown-send-retry-after`: on shutdown, keep listening until the requests in
+    /// flight have finished (at most `drain_timeout`), answering every new request 429 with
+    /// `Retry-After` and closing its connection, as k8s.io/apiserver's `WithRetryAfter`; a
+    /// client retries instead of finding the port closed while the endpoints still list it.
+    pub shutdown_send_retry_after: bool,
     /// `--goaway-chance`: the fraction of h2 requests after which the connection is closed
     /// gracefully (GOAWAY; the requests in flight finish), so that a client behind a load
     /// balancer reconnects, likely to another replica (k8s.io/apiserver's
@@ -110,6 +115,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
             hsts: None,
+            shutdown_send_retry_after: false,
             goaway_chance: 0.0,
         }
     }
@@ -327,6 +333,7 @@ impl Server {
                                 config.clone(),
                                 shutdown.clone(),
                                 seat,
+                                conn::Mode::Serving,
                             ));
                         }
                     }
@@ -338,12 +345,44 @@ impl Server {
                 },
             }
         }
-        drop(listener);
         let draining = connections.len();
         if draining > 0 {
             tracing::info!(connections = draining, "draining connections");
         }
-        let drained = tokio::time::timeout(config.drain_timeout, async {
+        let drain_by = tokio::time::Instant::now() + config.drain_timeout;
+        if config.shutdown_send_retry_after {
+            // Listening on: whoever comes now is told to come back, on a connection of its
+            // own that closes after the answer, until the requests in flight are done.
+            let refusing = CancellationToken::new();
+            let mut refused = JoinSet::new();
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(drain_by) => break,
+                    next = connections.join_next() => if next.is_none() { break },
+                    accepted = listener.accept() => if let Ok((stream, remote)) = accepted {
+                        let permit = permits.clone().try_acquire_owned();
+                        if let Ok(permit) = permit {
+                            refused.spawn(conn::serve(
+                                stream,
+                                remote,
+                                acceptor.clone(),
+                                router.clone(),
+                                config.clone(),
+                                refusing.clone(),
+                                Seat::new(permit, open.clone()),
+                                conn::Mode::ShuttingDown,
+                            ));
+                        }
+                    },
+                }
+            }
+            drop(listener);
+            refusing.cancel();
+            connections.spawn(async move { while refused.join_next().await.is_some() {} });
+        } else {
+            drop(listener);
+        }
+        let drained = tokio::time::timeout_at(drain_by, async {
             while connections.join_next().await.is_some() {}
         })
         .await;

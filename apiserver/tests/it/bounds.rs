@@ -657,3 +657,87 @@ fn io_error(error: &hyper::Error) -> Option<std::io::ErrorKind> {
     }
     None
 }
+
+/// Whether a TLS connection to `addr` can still be made (the listener is open).
+async fn listening(addr: SocketAddr) -> bool {
+    let Ok(tcp) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    let mut config = tls::client::config(&tls::client::Verify::Insecure, None).unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    TlsConnector::from(Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .is_ok()
+}
+
+/// `--shutdown-send-retry-after`: while a request in flight finishes, the port stays open
+/// and a new request is told to come back (429, `Retry-After: 5`, its connection closed
+/// after the answer; over h2 a GOAWAY); once nothing is in flight the listener closes.
+/// Without it the listener closes as soon as shutdown begins.
+#[tokio::test]
+async fn shutdown_send_retry_after_answers_429_until_the_requests_in_flight_are_done() {
+    for send_retry_after in [false, true] {
+        let stack = Stack::start(
+            config(|c| {
+                c.shutdown_send_retry_after = send_retry_after;
+                c.drain_timeout = Duration::from_secs(20);
+            }),
+            1,
+        )
+        .await;
+        let (mut slow, _conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
+        let in_flight = tokio::spawn(async move {
+            send1(&mut slow, get(PODS, false, &[("x-test-delay-ms", "3000")])).await
+        });
+        stack.until("one executing", |s| s.executing() == 1).await;
+        stack.shutdown.cancel();
+        if send_retry_after {
+            let (mut sender, closed) = h1(connect(stack.addr, b"http/1.1", None).await).await;
+            let response = sender
+                .send_request(get("/livez", false, &[]))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+            assert_eq!(response.headers()[header::CONNECTION], "close");
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                status["message"],
+                "The apiserver is shutting down, please try again later."
+            );
+            tokio::time::timeout(PATIENCE, closed)
+                .await
+                .expect("the connection closes after the answer")
+                .unwrap();
+            let (mut sender, closed) = h2(connect(stack.addr, b"h2", None).await).await;
+            let response = sender.send_request(get("/livez", true, &[])).await.unwrap();
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            tokio::time::timeout(PATIENCE, closed)
+                .await
+                .expect("the h2 connection is closed (GOAWAY) after the answer")
+                .unwrap();
+        }
+        let until_closed = async {
+            let deadline = Instant::now() + PATIENCE;
+            while listening(stack.addr).await {
+                assert!(Instant::now() < deadline, "still listening");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        if send_retry_after {
+            // The request in flight is answered in full, then the port closes.
+            let (status, _) = in_flight.await.unwrap();
+            assert_eq!(status, StatusCode::OK);
+            until_closed.await;
+        } else {
+            // The port closes at once, while the request in flight is still running; it is
+            // answered in full all the same.
+            until_closed.await;
+            assert!(!in_flight.is_finished());
+            let (status, _) = in_flight.await.unwrap();
+            assert_eq!(status, StatusCode::OK);
+        }
+    }
+}
