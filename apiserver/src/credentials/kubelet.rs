@@ -225,6 +225,28 @@ pub fn settings(
         Some(kube) if !plain_http => kubeconfig_token(kube, &mut files)?,
         _ => None,
     };
+    if let Some(kube) = kube
+        && !plain_http
+        && identity.is_none()
+        && bearer_token.is_none()
+    {
+        let auth = &kube.auth_info;
+        let kind = [
+            (auth.exec.is_some(), "exec"),
+            (auth.auth_provider.is_some(), "auth-provider"),
+            (auth.username.is_some(), "basic"),
+        ]
+        .into_iter()
+        .find_map(|(set, kind)| set.then_some(kind));
+        if let Some(kind) = kind {
+            tracing::warn!(
+                credentials = kind,
+                "the kubeconfig user's credentials are of a kind sent to the Kubernetes API \
+                 only; kubelets are asked without credentials (use a token, a token file or a \
+                 client certificate, or --kubelet-client-certificate)"
+            );
+        }
+    }
 
     Ok(Settings {
         config: client::Config {

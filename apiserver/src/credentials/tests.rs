@@ -69,7 +69,7 @@ fn only_changed_content_is_applied_and_bad_content_fails_once() {
 
 /// A writer into a shared buffer, for capturing log lines.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(in crate::credentials) struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -83,7 +83,7 @@ impl std::io::Write for Captured {
 }
 
 impl Captured {
-    fn lines(&self) -> Vec<String> {
+    pub(in crate::credentials) fn lines(&self) -> Vec<String> {
         String::from_utf8(self.0.lock().clone())
             .unwrap()
             .lines()

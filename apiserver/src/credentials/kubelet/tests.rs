@@ -341,3 +341,44 @@ fn the_kubeconfig_client_certificate_files_are_watched_but_not_its_data() {
     assert_eq!(s.config.identity.unwrap().chain, issued.identity.chain);
     assert!(s.files.is_empty());
 }
+
+/// A kubeconfig user whose credentials only kube-rs can use against the API (an exec plugin,
+/// an auth provider, basic auth) leaves kubelets without credentials: said at start, not
+/// found out from 401s.
+#[test]
+fn credentials_kubelets_cannot_be_sent_are_warned_about() {
+    let warned = |edit: fn(&mut kube::Config)| {
+        let mut kube = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        kube.accept_invalid_certs = true;
+        edit(&mut kube);
+        let logs = crate::credentials::tests::Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let c = tracing::subscriber::with_default(subscriber, || {
+            config(&defaults(), Some(&kube)).unwrap()
+        });
+        assert!(c.bearer_token.is_none() && c.identity.is_none());
+        logs.lines()
+            .into_iter()
+            .find(|l| l.contains("kubelets are asked without credentials"))
+    };
+    let exec = warned(|k| {
+        k.auth_info.exec = Some(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": "aws",
+                "args": ["eks", "get-token"],
+            }))
+            .unwrap(),
+        );
+    });
+    assert!(exec.is_some_and(|l| l.contains("WARN") && l.contains("credentials=\"exec\"")));
+    assert!(warned(|k| k.auth_info.username = Some("admin".to_owned())).is_some());
+    assert!(
+        warned(|_| {}).is_none(),
+        "no credentials at all is not a kind kubelets lack"
+    );
+}
