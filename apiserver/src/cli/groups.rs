@@ -202,6 +202,17 @@ pub struct Generic {
     pub strict_transport_security_directives: Vec<String>,
 }
 
+/// `--bind-address`: an IP address, blank meaning every address (as `0.0.0.0`).
+fn bind_address(value: &str) -> Result<IpAddr, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(IpAddr::from([0, 0, 0, 0]));
+    }
+    value
+        .parse()
+        .map_err(|_| format!("invalid IP address {value:?}"))
+}
+
 /// One `--feature-gates` item: `[component:]Name=bool`, as k8s.io/component-base parses it.
 fn feature_gate(item: &str) -> Result<String, String> {
     let item = item.trim();
@@ -384,8 +395,10 @@ pub enum TlsVersion {
 #[command(next_help_heading = "Apiserver secure serving flags")]
 pub struct SecureServing {
     /// The IP address on which to listen for the --secure-port port. The associated
-    /// interface(s) must be reachable by the rest of the cluster, and by CLI/web clients.
-    #[arg(long, value_name = "ip", default_value = "0.0.0.0")]
+    /// interface(s) must be reachable by the rest of the cluster, and by CLI/web clients. If
+    /// blank or an unspecified address (0.0.0.0 or ::), all interfaces and IP address
+    /// families will be used.
+    #[arg(long, value_name = "ip", default_value = "0.0.0.0", value_parser = bind_address)]
     pub bind_address: IpAddr,
 
     /// The directory where the TLS certs are located. If --tls-cert-file and

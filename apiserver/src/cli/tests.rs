@@ -708,4 +708,14 @@ fn go_validation_of_the_generic_and_serving_flags() {
             .listen
             .reuse_port
     );
+    // A blank --bind-address is every address, as in Go.
+    assert_eq!(
+        parse(&["--bind-address="]).serving.bind_address.to_string(),
+        "0.0.0.0"
+    );
+    assert!(
+        refused("--bind-address=somewhere")
+            .to_string()
+            .contains("invalid IP")
+    );
 }
