@@ -165,32 +165,6 @@ pub struct SniCert {
     pub names: Vec<String>,
 }
 
-impl std::str::FromStr for SniCert {
-    type Err = String;
-
-    /// `cert,key` or `cert,key:pattern,pattern` (k8s.io/component-base's `NamedCertKey`).
-    fn from_str(value: &str) -> Result<Self, String> {
-        let (pair, names) = value.split_once(':').unwrap_or((value, ""));
-        let files: Vec<&str> = pair.split(',').map(str::trim).collect();
-        let [cert, key] = files.as_slice() else {
-            return Err("expected comma separated certificate and key file paths".to_owned());
-        };
-        if cert.is_empty() || key.is_empty() {
-            return Err("expected comma separated certificate and key file paths".to_owned());
-        }
-        Ok(SniCert {
-            cert: PathBuf::from(cert),
-            key: PathBuf::from(key),
-            names: names
-                .split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned)
-                .collect(),
-        })
-    }
-}
-
 impl Default for Listen {
     fn default() -> Self {
         Listen {

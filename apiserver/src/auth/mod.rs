@@ -45,8 +45,8 @@ use tokio_util::sync::CancellationToken;
 use crate::credentials::{self, Reloader, Reloads};
 
 pub use attributes::{Attributes, ResourceRequest, attributes};
-pub use review::ReviewLimits;
-pub use sar::{Authorizer, AuthzConfig, AuthzError, Budget, Decision, forbidden, review_spec};
+pub use review::{Budget, ReviewLimits};
+pub use sar::{Authorizer, AuthzConfig, AuthzError, Decision, forbidden, review_spec};
 
 use requestheader::{HeaderNames, RequestHeader};
 use token::{Review, TokenReviewer};

@@ -63,6 +63,29 @@ impl Default for ReviewLimits {
     }
 }
 
+/// Which review budget a review that a request needs is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// The global budget and the client address's own (a client that called directly).
+    Source(IpAddr),
+    /// The global budget only: the front proxy's requests carry every user's, from one
+    /// address.
+    Global,
+    /// None: requests that are never shed, kube-aggregator's own (its discovery and OpenAPI
+    /// fetches, as `system:kube-aggregator` and `system:aggregator`) and those of the paths
+    /// that are never shed (discovery, OpenAPI, health, `/metrics`). They ask few distinct
+    /// questions, each reviewed once per cache TTL, and a 429 there, with the budget spent
+    /// by autoscalers' selectors, would cost the aggregator its discovery of the API.
+    Exempt,
+}
+
+impl Budget {
+    /// A direct client's budget, or the front proxy's (`None`).
+    pub fn of(source: Option<IpAddr>) -> Self {
+        source.map_or(Budget::Global, Budget::Source)
+    }
+}
+
 /// Why a review has no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Failure {
@@ -95,9 +118,13 @@ impl Limiter {
         }
     }
 
-    /// Takes one call from the budget of `source` (none: the global budget only), or says
-    /// how long to wait.
-    pub(crate) fn check(&self, source: Option<IpAddr>) -> Result<(), Duration> {
+    /// Takes one call from `budget`, or says how long to wait.
+    pub(crate) fn check(&self, budget: Budget) -> Result<(), Duration> {
+        let source = match budget {
+            Budget::Exempt => return Ok(()),
+            Budget::Global => None,
+            Budget::Source(source) => Some(source),
+        };
         let clock = DefaultClock::default();
         if let (Some(buckets), Some(source)) = (&self.per_source, source) {
             let sweep = self
@@ -397,18 +424,34 @@ mod tests {
         let a = Some(IpAddr::from([10, 0, 0, 1]));
         let b = Some(IpAddr::from([10, 0, 0, 2]));
         // Bursts of twice the rate: 2 per source, 6 in all.
-        assert!(limiter.check(a).is_ok());
-        assert!(limiter.check(a).is_ok());
-        let wait = limiter.check(a).expect_err("a's burst is spent");
+        assert!(limiter.check(Budget::of(a)).is_ok());
+        assert!(limiter.check(Budget::of(a)).is_ok());
+        let wait = limiter
+            .check(Budget::of(a))
+            .expect_err("a's burst is spent");
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_secs(1),
             "{wait:?}"
         );
-        assert!(limiter.check(b).is_ok(), "b has a budget of its own");
-        assert!(limiter.check(b).is_ok());
-        assert!(limiter.check(None).is_ok());
-        assert!(limiter.check(None).is_ok());
-        assert!(limiter.check(None).is_err(), "the global burst is spent");
+        assert!(
+            limiter.check(Budget::of(b)).is_ok(),
+            "b has a budget of its own"
+        );
+        assert!(limiter.check(Budget::of(b)).is_ok());
+        assert!(limiter.check(Budget::Global).is_ok());
+        assert!(limiter.check(Budget::Global).is_ok());
+        assert!(
+            limiter.check(Budget::Global).is_err(),
+            "the global burst is spent"
+        );
+        assert!(
+            (0..100).all(|_| limiter.check(Budget::Exempt).is_ok()),
+            "never-shed requests are outside it"
+        );
+        assert!(
+            limiter.check(Budget::of(b)).is_err(),
+            "and spend none of it"
+        );
         assert_eq!(limiter.sources(), 2);
     }
 
@@ -419,7 +462,7 @@ mod tests {
             per_source_qps: 0,
         });
         let a = Some(IpAddr::from([10, 0, 0, 1]));
-        assert!((0..10_000).all(|_| limiter.check(a).is_ok()));
+        assert!((0..10_000).all(|_| limiter.check(Budget::of(a)).is_ok()));
         assert_eq!(limiter.sources(), 0);
     }
 

@@ -4,7 +4,6 @@
 //! the reviews made held to the budget of [`super::review`].
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::{
@@ -19,7 +18,7 @@ use kube::api::PostParams;
 
 use super::UserInfo;
 use super::attributes::{Attributes, Requirement};
-use super::review::{self, Attempt, CAPACITY, Failure, Limiter, ReviewLimits, Reviews};
+use super::review::{self, Attempt, Budget, CAPACITY, Failure, Limiter, ReviewLimits, Reviews};
 use crate::status::{Details, Status};
 
 /// The delegated authorization flags.
@@ -74,22 +73,6 @@ pub enum Decision {
     /// 500: the review failed (after its retry); k8s.io/apiserver answers an authorizer's
     /// error as an internal error, so a client retries instead of taking it for a "no".
     Error(String),
-}
-
-/// Which review budget a SubjectAccessReview that a request needs is held to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Budget {
-    /// The global budget and the client address's own (a client that called directly).
-    Source(IpAddr),
-    /// The global budget only: the front proxy's requests carry every user's, from one
-    /// address.
-    Global,
-    /// None: requests that are never shed, kube-aggregator's own (its discovery and
-    /// OpenAPI fetches, as `system:kube-aggregator` and `system:aggregator`) and those of the
-    /// paths that are never shed (discovery, OpenAPI, health, `/metrics`). They ask few
-    /// distinct questions, each reviewed once per cache TTL, and a 429 there, with the budget
-    /// spent by autoscalers' selectors, would cost the aggregator its discovery of the API.
-    Exempt,
 }
 
 /// Authorizes requests; cheap to share behind an `Arc`.
@@ -178,12 +161,7 @@ impl Authorizer {
         let answer = self
             .reviews
             .get_or_review(&key, || async {
-                match budget {
-                    Budget::Source(source) => self.limiter.check(Some(source)),
-                    Budget::Global => self.limiter.check(None),
-                    Budget::Exempt => Ok(()),
-                }
-                .map_err(Failure::Throttled)?;
+                self.limiter.check(budget).map_err(Failure::Throttled)?;
                 let status = review::call_with_retry(|| self.call(api, &spec)).await?;
                 Ok(if status.allowed {
                     (Decision::Allow, self.authorized_ttl)

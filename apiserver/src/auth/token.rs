@@ -13,7 +13,7 @@ use kube::api::PostParams;
 use sha2::{Digest, Sha256};
 
 use super::UserInfo;
-use super::review::{self, Attempt, CAPACITY, Failure, Limiter, ReviewLimits, Reviews};
+use super::review::{self, Attempt, Budget, CAPACITY, Failure, Limiter, ReviewLimits, Reviews};
 
 /// Upstream's error when a token is neither accepted nor rejected with a reason.
 const INVALID_TOKEN: &str = "invalid bearer token";
@@ -66,7 +66,9 @@ impl TokenReviewer {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.reviews
             .get_or_review(&key, || async {
-                self.limiter.check(source).map_err(Failure::Throttled)?;
+                self.limiter
+                    .check(Budget::of(source))
+                    .map_err(Failure::Throttled)?;
                 let review = review::call_with_retry(|| self.call(token)).await?;
                 Ok((review, self.ttl))
             })

@@ -9,7 +9,8 @@ use std::fmt;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt as _};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 use super::{Logging, LoggingFormat};
@@ -39,31 +40,29 @@ pub fn init(logging: &Logging) {
             crate::serve::httplog::TARGET
         ))
     });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = match logging.logging_format {
-        LoggingFormat::Text if logging.log_text_split_stream => {
-            builder.with_writer(split()).with_ansi(false).try_init()
-        }
-        LoggingFormat::Text => builder
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .try_init(),
-        LoggingFormat::Json if logging.log_json_split_stream => {
-            builder.with_writer(split()).event_format(Klog).try_init()
-        }
-        LoggingFormat::Json => builder
-            .with_writer(std::io::stdout)
-            .event_format(Klog)
-            .try_init(),
+    // As component-base's formats write: text to stderr and JSON to stdout, each as one
+    // stream; split, errors to stderr and the rest to stdout.
+    let (text, split) = match logging.logging_format {
+        LoggingFormat::Text => (true, logging.log_text_split_stream),
+        LoggingFormat::Json => (false, logging.log_json_split_stream),
     };
-}
-
-/// Errors to stderr, everything else to stdout (`--log-*-split-stream`).
-fn split() -> impl for<'w> MakeWriter<'w> + Send + Sync + 'static {
-    use tracing_subscriber::fmt::writer::MakeWriterExt as _;
-    std::io::stderr
-        .with_max_level(Level::ERROR)
-        .or_else(std::io::stdout)
+    let writer = match (text, split) {
+        (_, true) => BoxMakeWriter::new(
+            std::io::stderr
+                .with_max_level(Level::ERROR)
+                .or_else(std::io::stdout),
+        ),
+        (true, false) => BoxMakeWriter::new(std::io::stderr),
+        (false, false) => BoxMakeWriter::new(std::io::stdout),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    let _ = if text {
+        builder.with_ansi(false).try_init()
+    } else {
+        builder.event_format(Klog).try_init()
+    };
 }
 
 /// One JSON object per event in component-base's JSON format: `ts` (Unix seconds), `caller`

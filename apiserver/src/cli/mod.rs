@@ -104,8 +104,11 @@ pub enum Error {
     #[error(transparent)]
     Tls(#[from] tls::policy::PolicyError),
     /// A `--tls-sni-cert-key` value that is not `cert,key[:patterns]`.
-    #[error("invalid argument {0:?} for \"--tls-sni-cert-key\" flag: {1}")]
-    SniCertKey(String, String),
+    #[error(
+        "invalid argument {0:?} for \"--tls-sni-cert-key\" flag: expected comma separated \
+         certificate and key file paths"
+    )]
+    SniCertKey(String),
 }
 
 /// The smallest `--metric-resolution` metrics-server accepts.
@@ -211,10 +214,7 @@ impl Flags {
             .tls_sni_cert_key
             .iter()
             .filter(|v| !v.trim().is_empty())
-            .map(|v| {
-                v.parse()
-                    .map_err(|reason| Error::SniCertKey(v.clone(), reason))
-            })
+            .map(|v| sni_cert(v).ok_or_else(|| Error::SniCertKey(v.clone())))
             .collect()
     }
 
@@ -438,6 +438,22 @@ impl Flags {
             shutdown_delay: g.shutdown_delay_duration.0,
         })
     }
+}
+
+/// One `--tls-sni-cert-key`: `cert,key` or `cert,key:pattern,pattern`
+/// (k8s.io/component-base's `NamedCertKey`); `None` unless both paths are there.
+fn sni_cert(value: &str) -> Option<crate::config::SniCert> {
+    let (pair, patterns) = value.split_once(':').unwrap_or((value, ""));
+    let (cert, key) = pair.split_once(',')?;
+    let (cert, key) = (cert.trim(), key.trim());
+    if cert.is_empty() || key.is_empty() || key.contains(',') {
+        return None;
+    }
+    Some(crate::config::SniCert {
+        cert: cert.into(),
+        key: key.into(),
+        names: non_empty(&patterns.split(',').map(str::to_owned).collect::<Vec<_>>()),
+    })
 }
 
 /// The `Strict-Transport-Security` value of `--strict-transport-security-directives`

@@ -670,6 +670,12 @@ fn go_validation_of_the_generic_and_serving_flags() {
         "invalid argument \"a.crt\" for \"--tls-sni-cert-key\" flag: \
          expected comma separated certificate and key file paths"
     );
+    for bad in ["a.crt,a.key,b.key", ",a.key", "a.crt,:x.example"] {
+        assert!(
+            error(&[&format!("--tls-sni-cert-key={bad}")]).contains("expected comma separated"),
+            "{bad}"
+        );
+    }
     assert_eq!(
         parse(&[
             "--tls-sni-cert-key=a.crt,a.key",

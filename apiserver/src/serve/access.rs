@@ -4,8 +4,7 @@
 //! (403 with the upstream wording on a deny), so a shed request costs no SubjectAccessReview.
 //! A review over the review budget is a 429 with `Retry-After` (never for a request that is
 //! never shed: kube-aggregator's own, and discovery, OpenAPI and health); a review that fails
-//! is a 500,
-//! as k8s.io/apiserver answers an authorizer's error.
+//! is a 500, as k8s.io/apiserver answers an authorizer's error.
 
 use std::time::Duration;
 

@@ -412,8 +412,6 @@ fn http1_head_bytes<B>(request: &Request<B>) -> usize {
     line + fields + "\r\n".len()
 }
 
-/// Go's answer to a request head over its limit (net/http's `errTooLarge`), after which the
-/// connection is closed.
 /// The answer to a request that arrives while the server drains with
 /// `--shutdown-send-retry-after` (k8s.io/apiserver's `WithRetryAfter`): 429, come back in 5 s,
 /// on a connection that closes after it (over h2, the connection's GOAWAY).
@@ -431,6 +429,8 @@ fn shutting_down(headers: &http::HeaderMap, version: Version) -> Response<crate:
     response
 }
 
+/// Go's answer to a request head over its limit (net/http's `errTooLarge`), after which the
+/// connection is closed.
 fn header_fields_too_large() -> Response<crate::body::Body> {
     const TEXT: &str = "431 Request Header Fields Too Large";
     let mut response = Response::new(crate::body::full(Bytes::from_static(TEXT.as_bytes())));

@@ -359,9 +359,9 @@ impl Server {
                 tokio::select! {
                     () = tokio::time::sleep_until(drain_by) => break,
                     next = connections.join_next() => if next.is_none() { break },
-                    accepted = listener.accept() => if let Ok((stream, remote)) = accepted {
-                        let permit = permits.clone().try_acquire_owned();
-                        if let Ok(permit) = permit {
+                    accepted = listener.accept() => match accepted {
+                        // At the cap, the connection is closed unanswered.
+                        Ok((stream, remote)) => if let Ok(permit) = permits.clone().try_acquire_owned() {
                             refused.spawn(conn::serve(
                                 stream,
                                 remote,
@@ -372,7 +372,9 @@ impl Server {
                                 Seat::new(permit, open.clone()),
                                 conn::Mode::ShuttingDown,
                             ));
-                        }
+                        },
+                        // As in the accept loop: back off instead of spinning.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                     },
                 }
             }
