@@ -42,9 +42,10 @@ pub struct MetricsServer {
     #[arg(long, value_name = "duration")]
     pub metric_staleness: Option<GoDuration>,
 
-    /// (ours) After this long since start, /readyz's metric-storage-ready passes even
-    /// without data (a cluster with no running pods). 0s: never. Default: 2 x
-    /// --metric-resolution.
+    /// (ours) After this long since start, /readyz's metric-storage-ready passes with node
+    /// metrics alone: without pod metrics (a cluster with no running pods) or before every
+    /// node of the first round answered. Without any node's metrics it never passes, as in
+    /// metrics-server. 0s: never. Default: 2 x --metric-resolution.
     #[arg(long, value_name = "duration")]
     pub readiness_timeout: Option<GoDuration>,
 

@@ -65,8 +65,9 @@ impl Signals for Sources {
 pub struct Config {
     /// `--metric-resolution`: `metric-collection-timely` fails after 1.5 x this without a tick.
     pub resolution: Duration,
-    /// `--readiness-timeout`: after this long since start, `metric-storage-ready` passes even
-    /// without data. `None`: never.
+    /// `--readiness-timeout`: after this long since start, `metric-storage-ready` passes with
+    /// node metrics alone (no pod metrics, or a first round that never completes); never
+    /// without any node's metrics. `None`: never.
     pub readiness_timeout: Option<Duration>,
     /// When the server started, Unix ns.
     pub started_ns: i64,
@@ -302,8 +303,8 @@ impl Health {
 
     /// The scrape loop's first round is complete and the store has node and pod usage
     /// (metrics-server `storage.Ready()`, which only asks for one of each), or the start-up
-    /// timeout has passed: a replica takes traffic only once it would serve the whole
-    /// cluster.
+    /// timeout has passed and the store has node metrics: a replica takes traffic only once
+    /// it would serve the whole cluster, or once waiting longer would not change that.
     fn storage_ready(&self, now_ns: i64) -> Result<(), &'static str> {
         let first_round = self.signals.first_round_complete();
         let readiness = self.signals.storage(now_ns);
@@ -322,15 +323,19 @@ impl Health {
         }
         if let Some(timeout) = self.config.readiness_timeout {
             let deadline_ns = self.config.started_ns.saturating_add(duration_ns(timeout));
-            if now_ns >= deadline_ns {
+            // Past the start-up timeout node metrics alone do: the scrapes work, and what is
+            // missing is pods to measure or nodes that never answer. Without any node's
+            // metrics nothing works (a wrong kubelet CA, no RBAC on nodes/metrics), and a
+            // replica that would serve nothing stays out, as metrics-server's does, so a
+            // rollout with a bad setting stalls instead of replacing a working replica.
+            if now_ns >= deadline_ns && readiness.nodes {
                 if !self.startup_timeout_logged.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         first_round,
-                        nodes = readiness.nodes,
                         pods = readiness.pods,
                         timeout = ?timeout,
-                        "start-up timeout passed without node and pod metrics; \
-                         reporting metric-storage-ready anyway"
+                        "start-up timeout passed with node metrics but without pod metrics \
+                         or a complete first round; reporting metric-storage-ready"
                     );
                 }
                 return Ok(());

@@ -171,17 +171,39 @@ fn storage_waits_for_the_first_round_even_with_some_data() {
 }
 
 #[test]
-fn startup_timeout_makes_storage_ready_without_data() {
+fn startup_timeout_lets_node_metrics_alone_in_but_never_no_metrics() {
     let (h, fake) = health(Some(30));
     *fake.synced.lock() = true;
+    *fake.first_round.lock() = true;
+    // Every scrape failing (a wrong kubelet CA, no RBAC on nodes/metrics): never ready, so a
+    // rollout with that setting stalls instead of replacing a working replica.
+    assert_eq!(get(&h, "/readyz", None, START + 29 * S).0, 500);
+    assert_eq!(
+        get(&h, "/readyz/metric-storage-ready", None, START + 3600 * S),
+        (500, "internal server error: no metrics to serve\n".to_owned())
+    );
+    // Nodes answer but no pod has usage (a cluster with no running pods): ready once the
+    // timeout has passed, not before.
+    *fake.storage.lock() = Readiness {
+        nodes: true,
+        pods: false,
+    };
     assert_eq!(get(&h, "/readyz", None, START + 29 * S).0, 500);
     assert_eq!(
         get(&h, "/readyz", None, START + 30 * S),
         (200, "ok".to_owned())
     );
-    // Without a timeout, never.
+    // Not for good: once no node has metrics, the replica leaves the Service again.
+    *fake.storage.lock() = Readiness::default();
+    assert_eq!(get(&h, "/readyz", None, START + 3600 * S).0, 500);
+    // Without a timeout, node metrics alone never do.
     let (h, fake) = health(None);
     *fake.synced.lock() = true;
+    *fake.first_round.lock() = true;
+    *fake.storage.lock() = Readiness {
+        nodes: true,
+        pods: false,
+    };
     assert_eq!(get(&h, "/readyz", None, START + 3600 * S).0, 500);
 }
 
