@@ -147,18 +147,7 @@ impl<'a> Parser<'a> {
             return Ok(());
         }
         let Some((family, name_len)) = known_family(&b[pos..end]) else {
-            // A skipped family: the line must still start with a metric name.
-            if !is(NAME_START, b[pos]) {
-                return Err(error(ParseErrorKind::Syntax, pos));
-            }
-            pos += 1;
-            while pos < end && is(NAME, b[pos]) {
-                pos += 1;
-            }
-            if pos == end || !matches!(b[pos], b'{' | b' ' | b'\t') {
-                return Err(error(ParseErrorKind::Syntax, pos));
-            }
-            return Ok(());
+            return self.skipped_line(pos, end);
         };
         pos = skip_blanks(b, pos + name_len, end);
 
@@ -196,9 +185,7 @@ impl<'a> Parser<'a> {
                 value
             }
             None => {
-                while pos < end && !is_blank(b[pos]) {
-                    pos += 1;
-                }
+                pos = token_end(b, pos, end);
                 if pos == value_start {
                     return Err(error(ParseErrorKind::Syntax, pos));
                 }
@@ -278,6 +265,58 @@ impl<'a> Parser<'a> {
             Family::Other => {}
         }
         Ok(())
+    }
+
+    /// Checks a line of a family that is not read, from its first byte to `end`, without
+    /// parsing its labels: a metric name followed by `{` or a blank, and a number at the end
+    /// (its value, or its timestamp), and right after the name when it has no labels. So a
+    /// plain-text error page served with 200 (`Internal Server Error`) fails the node, as
+    /// metrics-server's parser fails it on the value, instead of reading as a body of
+    /// families that are not read, with no node and no pod in it.
+    fn skipped_line(&self, start: usize, end: usize) -> Result<(), ParseError> {
+        let b = self.bytes;
+        if !is(NAME_START, b[start]) {
+            return Err(error(ParseErrorKind::Syntax, start));
+        }
+        let mut pos = start + 1;
+        while pos < end && is(NAME, b[pos]) {
+            pos += 1;
+        }
+        if pos == end || !matches!(b[pos], b'{' | b' ' | b'\t') {
+            return Err(error(ParseErrorKind::Syntax, pos));
+        }
+        if b[pos] != b'{' {
+            let value = skip_blanks(b, pos, end);
+            let value_end = token_end(b, value, end);
+            if !self.is_number(value, value_end) {
+                return Err(error(ParseErrorKind::Value, value));
+            }
+        }
+        let mut last_end = end;
+        while last_end > pos && is_blank(b[last_end - 1]) {
+            last_end -= 1;
+        }
+        let mut last = last_end;
+        while last > pos && !is_blank(b[last - 1]) {
+            last -= 1;
+        }
+        // `last == pos`: the label set runs to the end of the line, with no value after it.
+        if last == pos || !self.is_number(last, last_end) {
+            return Err(error(ParseErrorKind::Value, last));
+        }
+        Ok(())
+    }
+
+    /// Whether `text[start..end]` is a sample value or a timestamp: digits, or what Go's
+    /// `strconv.ParseFloat` reads (`1.5e+09`, `NaN`, `+Inf`).
+    fn is_number(&self, start: usize, end: usize) -> bool {
+        let token = &self.bytes[start..end];
+        !token.is_empty()
+            && (token.iter().all(u8::is_ascii_digit)
+                || self
+                    .text
+                    .get(start..end)
+                    .is_some_and(|t| t.parse::<f64>().is_ok()))
     }
 
     /// Parses the label set after its `{` up to and including the `}`; returns the position
@@ -397,6 +436,14 @@ impl<'a> Parser<'a> {
 }
 
 /// Core-seconds to core-nanoseconds exactly as Go's `uint64(value * 1e9)`.
+/// Where the token that starts at `pos` ends: the next blank, or `end`.
+fn token_end(b: &[u8], mut pos: usize, end: usize) -> usize {
+    while pos < end && !is_blank(b[pos]) {
+        pos += 1;
+    }
+    pos
+}
+
 fn seconds_to_ns(value: f64) -> u64 {
     (value * 1e9) as u64
 }

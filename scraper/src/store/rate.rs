@@ -40,7 +40,10 @@ impl Point {
         Point {
             timestamp_ns: sample.timestamp_ns,
             start_time_ns: sample.start_time_ns.unwrap_or(0),
-            cpu_usage_ns_total: sample.cpu_usage_ns_total,
+            // A cumulative counter at 0 is no reading: the kubelet's CRI stats provider
+            // reports 0 when the runtime gave no CPU stats. Paired with a real value it would
+            // be a spike of the container's whole lifetime in one window.
+            cpu_usage_ns_total: sample.cpu_usage_ns_total.filter(|&v| v > 0),
             memory_bytes: sample.memory_working_set_bytes.unwrap_or(0),
             swap_bytes: sample.swap_bytes.unwrap_or(NO_SWAP),
         }
@@ -61,16 +64,24 @@ impl Point {
         (sample.timestamp_ns != 0 && cpu && memory).then(|| Point::from_sample(sample))
     }
 
-    /// A container sample is used when it has a timestamp and a CPU value (cumulative, or the
-    /// summary's `usageNanoCores`) and is not an all-zero stub (a finished init container).
-    /// Zero memory with CPU data is valid. Unlike metrics-server, an unusable container is
+    /// A container sample is used when it has a timestamp, a CPU value (a cumulative counter
+    /// above 0, or the summary's `usageNanoCores`) and a memory value, and is not an all-zero
+    /// stub (a finished init container). Zero memory with CPU data is valid (#1330); a
+    /// cumulative CPU of 0 or a missing memory series is not (metrics-server
+    /// `checkContainerMetrics`), so neither is served as a spike or as 0 bytes, which an HPA
+    /// on memory would scale down on. Unlike metrics-server, an unusable container is
     /// ignored instead of hiding its whole pod (#792, #1330).
     pub(super) fn container(sample: &Sample) -> Option<Point> {
-        let has_cpu = sample.cpu_usage_ns_total.is_some() || sample.cpu_nanocores.is_some();
+        let has_cpu =
+            sample.cpu_usage_ns_total.is_some_and(|v| v > 0) || sample.cpu_nanocores.is_some();
         let all_zero = sample.cpu_usage_ns_total.unwrap_or(0) == 0
             && sample.cpu_nanocores.unwrap_or(0) == 0
             && sample.memory_working_set_bytes.unwrap_or(0) == 0;
-        (sample.timestamp_ns != 0 && has_cpu && !all_zero).then(|| Point::from_sample(sample))
+        let usable = sample.timestamp_ns != 0
+            && has_cpu
+            && sample.memory_working_set_bytes.is_some()
+            && !all_zero;
+        usable.then(|| Point::from_sample(sample))
     }
 }
 
@@ -152,10 +163,13 @@ pub(super) fn usage(
     {
         return Err(RateError::StartTimeDecreased);
     }
-    let window_ns = prev.map(|prev| last.timestamp_ns - prev.timestamp_ns);
-    if window_ns.is_some_and(|w| w <= 0) {
-        return Err(RateError::EmptyWindow);
-    }
+    // `None` inside: the difference overflows (timestamps centuries apart), no window either.
+    let window_ns = prev.map(|prev| last.timestamp_ns.checked_sub(prev.timestamp_ns));
+    let window_ns = match window_ns {
+        Some(Some(w)) if w > 0 => Some(w),
+        Some(_) => return Err(RateError::EmptyWindow),
+        None => None,
+    };
     if let Some(cpu_nanocores) = last_cpu_nanocores {
         return Ok(Some(Usage {
             timestamp_ns: last.timestamp_ns,
@@ -184,4 +198,32 @@ pub(super) fn usage(
         memory_bytes: last.memory_bytes,
         swap_bytes: last.swap_bytes(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Timestamps centuries apart (a hostile summary's `time`) overflow the window: no usage,
+    /// and no panic where overflow is checked.
+    #[test]
+    fn a_window_that_overflows_is_empty() {
+        let point = |timestamp_ns: i64, cpu: u64| Point {
+            timestamp_ns,
+            start_time_ns: 0,
+            cpu_usage_ns_total: Some(cpu),
+            memory_bytes: 1,
+            swap_bytes: NO_SWAP,
+        };
+        let (early, late) = (i64::MIN + 1, i64::MAX - 1);
+        assert_eq!(
+            usage(Some(&point(early, 1)), &point(late, 2), None),
+            Err(RateError::EmptyWindow)
+        );
+        assert_eq!(
+            usage(Some(&point(0, 1)), &point(15 * NS_PER_SECOND, 15_000_000_001), None)
+                .map(|u| u.map(|u| u.cpu_nanocores)),
+            Ok(Some(1_000_000_000))
+        );
+    }
 }

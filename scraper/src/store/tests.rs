@@ -243,12 +243,12 @@ fn pod_usage_carries_its_measure_of_each_scrape() {
             container(
                 "pod1",
                 "zeta",
-                sample(ts, start, i as u64 * CORE_SECOND, MIB),
+                sample(ts, start, (i as u64 + 1) * CORE_SECOND, MIB),
             ),
             container(
                 "pod1",
                 "alpha",
-                sample(ts, start, i as u64 * CORE_SECOND, memory),
+                sample(ts, start, (i as u64 + 1) * CORE_SECOND, memory),
             ),
         ];
         measured.ingest(&n, &scrape(None, batch.clone()), ts);
@@ -779,6 +779,91 @@ fn init_container_stub_is_ignored_not_hiding_the_pod() {
         &*pod.containers,
         &[container_usage("app", 200_000_000, 7 * MIB)]
     );
+}
+
+/// The kubelet's CRI stats provider reports a cumulative CPU of 0 when the runtime gave no
+/// CPU stats. That reading is no point: paired with the next real one it would be the
+/// container's whole lifetime of CPU in one window (hundreds of cores, an HPA scaling out).
+#[test]
+fn a_cumulative_cpu_of_zero_is_no_reading_and_never_a_spike() {
+    let store = store(15);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let at = |i: i64| T0 + i * 15 * SECOND;
+    let cpu_seconds = [10_000, 10_015, 0, 10_045, 10_060];
+    for (i, &cpu) in cpu_seconds.iter().enumerate() {
+        let ts = at(i as i64);
+        let batch = vec![container(
+            "pod1",
+            "app",
+            sample(ts, start, cpu * CORE_SECOND, 100 * MIB),
+        )];
+        let ingested = store.ingest(&n, &scrape(None, batch), ts);
+        let served = store.pod("ns", "pod1", ts).map(|p| p.containers[0].cpu_nanocores);
+        match i {
+            1 | 4 => assert_eq!(served, Some(1_000_000_000), "scrape {i}"),
+            // The zero is ignored and takes the container's history with it; the reading
+            // after it starts a new pair, as after metrics-server drops the pod.
+            2 => {
+                assert_eq!(ingested.containers_ignored, 1);
+                assert_eq!(served, None, "scrape {i}");
+            }
+            _ => assert_eq!(served, None, "scrape {i}"),
+        }
+    }
+}
+
+/// A container the kubelet reports CPU for but no memory series is not served with 0 bytes
+/// (an HPA on memory would scale down on it); an explicit 0 still is (#1330).
+#[test]
+fn a_container_without_a_memory_series_is_ignored() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let batch = |ts: i64, cpu: u64| {
+        vec![
+            container("pod1", "app", sample(ts, start, cpu * CORE_SECOND, 7 * MIB)),
+            container(
+                "pod1",
+                "no-memory",
+                Sample {
+                    memory_working_set_bytes: None,
+                    ..sample(ts, start, cpu * CORE_SECOND, 0)
+                },
+            ),
+        ]
+    };
+    store.ingest(&n, &scrape(None, batch(T0, 10)), T0);
+    let t1 = T0 + 10 * SECOND;
+    let ingested = store.ingest(&n, &scrape(None, batch(t1, 12)), t1);
+    assert_eq!(ingested.containers_ignored, 1);
+    let pod = store.pod("ns", "pod1", t1).expect("served with its app container");
+    assert_eq!(
+        &*pod.containers,
+        &[container_usage("app", 200_000_000, 7 * MIB)]
+    );
+}
+
+/// The summary source: a sample whose cumulative counter is 0 beside the kubelet's rate, then
+/// one with the counter and no rate, makes no pair.
+#[test]
+fn a_zero_counter_beside_a_rate_pairs_with_nothing() {
+    let store = store(15);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let first = Sample {
+        cpu_nanocores: Some(500_000_000),
+        ..sample(T0, start, 0, 100 * MIB)
+    };
+    store.ingest(&n, &scrape(None, vec![container("pod1", "app", first)]), T0);
+    assert_eq!(
+        store.pod("ns", "pod1", T0).map(|p| p.containers[0].cpu_nanocores),
+        Some(500_000_000)
+    );
+    let t1 = T0 + 15 * SECOND;
+    let second = sample(t1, start, 10_000 * CORE_SECOND, 100 * MIB);
+    store.ingest(&n, &scrape(None, vec![container("pod1", "app", second)]), t1);
+    assert_eq!(store.pod("ns", "pod1", t1), None);
 }
 
 #[test]

@@ -555,8 +555,32 @@ fn last_line_without_newline_is_read() {
 }
 
 #[test]
+fn lines_of_families_not_read_need_only_a_name_and_a_number() {
+    let body = b"scrape_error 0\n\
+        resource_scrape_error NaN\n\
+        pod_swap_usage_bytes{namespace=\"a b\",pod=\"x}\"} +Inf 1700000000000  \n\
+        pod_memory_working_set_bytes{pod=\"p\"}\t1.5e+09\t1700000000000\r\n\
+        other_total -0.5\n\
+        node_memory_working_set_bytes 42 1000\n";
+    let scrape = parse(body, 0).expect("parses");
+    assert_eq!(
+        scrape.node.and_then(|n| n.memory_working_set_bytes),
+        Some(42)
+    );
+}
+
+#[test]
 fn garbage_and_error_pages_fail_with_an_offset() {
-    let cases: [(&[u8], ParseErrorKind, usize); 9] = [
+    let cases: [(&[u8], ParseErrorKind, usize); 13] = [
+        // A plain-text error page served with 200: not a body of families that are not read.
+        (b"Internal Server Error\n", ParseErrorKind::Value, 9),
+        (
+            b"scrape_error 0\npod_cpu_usage_seconds_total{pod=\"p\"} abc def ghi\n",
+            ParseErrorKind::Value,
+            60,
+        ),
+        (b"pod_cpu_usage_seconds_total{pod=\"p\"}\n", ParseErrorKind::Value, 27),
+        (b"scrape_error zero 1\n", ParseErrorKind::Value, 13),
         (
             b"<html><body>502 Bad Gateway</body></html>\n",
             ParseErrorKind::Syntax,
