@@ -311,12 +311,16 @@ pub async fn run_with(
 
     // Shared state, the router and the server.
     let mut registry = Registry::default();
-    // The store measures each pod's containers for the protobuf lists as it builds usage.
-    let store = Arc::new(Store::new(
-        settings
-            .store
-            .measured_by(crate::api::proto::containers_len),
-    ));
+    // The store measures each pod's containers for the protobuf lists as it builds usage,
+    // and takes a pod's usage only from the node the inventory places it on.
+    let store = Arc::new(
+        Store::new(
+            settings
+                .store
+                .measured_by(crate::api::proto::containers_len),
+        )
+        .placed_by(inventory.clone()),
+    );
     let progress = Arc::new(Progress::default());
     let metrics = Arc::new(Metrics::new(&mut registry, settings.resolution()));
     let delegation = match setup.auth {

@@ -473,6 +473,14 @@ impl PodMap {
     }
 }
 
+/// A pod is on the node its `spec.nodeName` names.
+impl crate::store::Placement for Inventory {
+    fn is_on(&self, namespace: &str, name: &str, node: &str) -> Option<bool> {
+        let pod = self.pod(namespace, name)?;
+        Some(pod.node_name.as_ref()?.as_str() == node)
+    }
+}
+
 /// The inventory: every node and every Running pod, as slim records.
 #[derive(Debug)]
 pub struct Inventory {

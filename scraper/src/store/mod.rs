@@ -25,7 +25,9 @@
 //! - a container first seen has no previous point (no zero point);
 //! - a pod whose containers all failed their rate has no usage (no empty pod, no null
 //!   timestamp);
-//! - summary `usageNanoCores` is used as is: usage after one scrape.
+//! - summary `usageNanoCores` is used as is: usage after one scrape;
+//! - a pod reported by two nodes belongs to the one it is placed on (`spec.nodeName`, when
+//!   the store is [`Store::placed_by`] the inventory), not to the first to report it.
 //!
 //! # Layout
 //! - `rate`: valid samples, `last`/`prev` rules and the CPU rate.
@@ -153,10 +155,20 @@ pub struct Points {
     pub containers: u64,
 }
 
+/// Where the cluster placed a pod: its `spec.nodeName`, which decides between nodes that
+/// report the same pod ([`Store::placed_by`]).
+pub trait Placement: Send + Sync + std::fmt::Debug {
+    /// Whether the pod `namespace/name` is placed on `node`; `None` when that is not known
+    /// (a pod not listed yet).
+    fn is_on(&self, namespace: &str, name: &str, node: &str) -> Option<bool>;
+}
+
 /// The store: newest points and computed usage of every node, pod and container.
 #[derive(Debug)]
 pub struct Store {
     config: Config,
+    /// Which node a pod is on, when the store is told ([`Store::placed_by`]).
+    placement: Option<Arc<dyn Placement>>,
     /// Tells this store's slots from another's (see [`UsageLink`]).
     id: u32,
     resolution_ns: i64,
@@ -217,6 +229,7 @@ impl Store {
     pub fn new(config: Config) -> Self {
         Store {
             config,
+            placement: None,
             id: slot::store_id(),
             resolution_ns: duration_ns(config.resolution),
             staleness_ns: duration_ns(config.staleness),
@@ -224,6 +237,26 @@ impl Store {
             pods: DashMap::with_hasher(RandomState::default()),
             names: Interner::new(),
         }
+    }
+
+    /// The same store, told where pods are placed: a node reports a pod's usage only if the
+    /// pod is on it, when `placement` knows. A kubelet that still reports a pod it no
+    /// longer runs (lingering cgroups, metrics-server #1300; the old incarnation of a
+    /// StatefulSet pod rescheduled with its name) is refused, and the node the pod is on
+    /// takes it over at its first report instead of once the other's data is stale.
+    pub fn placed_by(self, placement: Arc<dyn Placement>) -> Self {
+        Store {
+            placement: Some(placement),
+            ..self
+        }
+    }
+
+    /// Whether `node` may report the pod: `Some(true)` when the pod is placed on it,
+    /// `Some(false)` when on another, `None` when not known.
+    fn placed_on(&self, pod: &PodScrape<'_, '_>, node: &NodeName) -> Option<bool> {
+        self.placement
+            .as_ref()?
+            .is_on(pod.namespace, pod.name, node.as_str())
     }
 
     /// The settings.
@@ -432,22 +465,34 @@ impl Store {
 
         let mut entry = match self.pods.get_mut(pod_view(&(pod.namespace, pod.name))) {
             Some(entry) => entry,
-            None => self
-                .pods
-                .entry(PodKey {
-                    namespace: names.get(pod.namespace),
-                    name: Arc::from(pod.name),
-                })
-                .or_insert_with(|| PodEntry::new(node, self.id)),
+            None => {
+                if self.placed_on(pod, node) == Some(false) {
+                    tracing::debug!(node = %node, namespace = pod.namespace, pod = pod.name,
+                        "pod reported by a node it is not placed on, ignoring it");
+                    return None;
+                }
+                self.pods
+                    .entry(PodKey {
+                        namespace: names.get(pod.namespace),
+                        name: Arc::from(pod.name),
+                    })
+                    .or_insert_with(|| PodEntry::new(node, self.id))
+            }
         };
         let owner = if entry.node == *node {
             entry.slot.owner()
         } else {
-            if !self.is_stale(entry.slot.seen_ns(), now_ns) {
+            // The node the pod is placed on takes it over; one it is not placed on never
+            // does. Where placement is not known, the first node to report the pod keeps it
+            // while its data is fresh.
+            let placed = self.placed_on(pod, node);
+            if placed == Some(false)
+                || (placed.is_none() && !self.is_stale(entry.slot.seen_ns(), now_ns))
+            {
                 if !entry.conflict_logged {
                     entry.conflict_logged = true;
                     tracing::debug!(node = %node, owner = %entry.node, namespace = pod.namespace,
-                        pod = pod.name, "pod reported by two nodes, keeping the first");
+                        pod = pod.name, "pod reported by two nodes, keeping the owner");
                 }
                 return None;
             }

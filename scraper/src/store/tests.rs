@@ -2,6 +2,7 @@
 //! places where we deliberately differ.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -799,7 +800,9 @@ fn a_cumulative_cpu_of_zero_is_no_reading_and_never_a_spike() {
             sample(ts, start, cpu * CORE_SECOND, 100 * MIB),
         )];
         let ingested = store.ingest(&n, &scrape(None, batch), ts);
-        let served = store.pod("ns", "pod1", ts).map(|p| p.containers[0].cpu_nanocores);
+        let served = store
+            .pod("ns", "pod1", ts)
+            .map(|p| p.containers[0].cpu_nanocores);
         match i {
             1 | 4 => assert_eq!(served, Some(1_000_000_000), "scrape {i}"),
             // The zero is ignored and takes the container's history with it; the reading
@@ -837,7 +840,9 @@ fn a_container_without_a_memory_series_is_ignored() {
     let t1 = T0 + 10 * SECOND;
     let ingested = store.ingest(&n, &scrape(None, batch(t1, 12)), t1);
     assert_eq!(ingested.containers_ignored, 1);
-    let pod = store.pod("ns", "pod1", t1).expect("served with its app container");
+    let pod = store
+        .pod("ns", "pod1", t1)
+        .expect("served with its app container");
     assert_eq!(
         &*pod.containers,
         &[container_usage("app", 200_000_000, 7 * MIB)]
@@ -857,12 +862,18 @@ fn a_zero_counter_beside_a_rate_pairs_with_nothing() {
     };
     store.ingest(&n, &scrape(None, vec![container("pod1", "app", first)]), T0);
     assert_eq!(
-        store.pod("ns", "pod1", T0).map(|p| p.containers[0].cpu_nanocores),
+        store
+            .pod("ns", "pod1", T0)
+            .map(|p| p.containers[0].cpu_nanocores),
         Some(500_000_000)
     );
     let t1 = T0 + 15 * SECOND;
     let second = sample(t1, start, 10_000 * CORE_SECOND, 100 * MIB);
-    store.ingest(&n, &scrape(None, vec![container("pod1", "app", second)]), t1);
+    store.ingest(
+        &n,
+        &scrape(None, vec![container("pod1", "app", second)]),
+        t1,
+    );
     assert_eq!(store.pod("ns", "pod1", t1), None);
 }
 
@@ -1130,6 +1141,71 @@ fn pod_moving_between_nodes_is_first_writer_wins_while_the_owner_is_fresh() {
     store.ingest(&a, &NodeScrape::default(), T0 + 41 * SECOND);
     assert!(store.pod("ns", "pod1", T0 + 41 * SECOND).is_some());
     assert_eq!(store.owner("ns", "pod1"), Some(b));
+}
+
+/// `spec.nodeName` as a map from pod name to node.
+#[derive(Debug)]
+struct PlacedOn(HashMap<&'static str, &'static str>);
+
+impl Placement for PlacedOn {
+    fn is_on(&self, namespace: &str, name: &str, node: &str) -> Option<bool> {
+        assert_eq!(namespace, "ns");
+        self.0.get(name).map(|&on| on == node)
+    }
+}
+
+/// A kubelet that still reports a pod it no longer runs (lingering cgroups, #1300; the old
+/// incarnation of a rescheduled StatefulSet pod) loses it to the node the pod is placed on
+/// at that node's first report, and never gets it back, even once that node's data is stale.
+#[test]
+fn a_pod_belongs_to_the_node_it_is_placed_on() {
+    let placement = PlacedOn(HashMap::from([("pod1", "node-b"), ("pod2", "node-b")]));
+    let store = store(15).placed_by(Arc::new(placement));
+    let (a, b) = (name("node-a"), name("node-b"));
+    let start = T0 - 3600 * SECOND;
+    let pods_at = |pods: &[&str], ts: i64, cpu: u64| {
+        let containers = pods
+            .iter()
+            .map(|p| container(p, "c1", sample(ts, start, cpu * CORE_SECOND, MIB)))
+            .collect();
+        scrape(None, containers)
+    };
+    // node-a's report of a pod placed on node-b is refused from the start.
+    store.ingest(&a, &pods_at(&["pod1", "ghost"], T0, 10), T0);
+    store.ingest(
+        &a,
+        &pods_at(&["pod1", "ghost"], T0 + 15 * SECOND, 25),
+        T0 + 15 * SECOND,
+    );
+    assert_eq!(store.owner("ns", "pod1"), None);
+    // A pod placement does not know stays with the node that reports it.
+    assert_eq!(store.owner("ns", "ghost"), Some(a.clone()));
+
+    // A store without placement gave pod1 to node-a; told of it, node-b takes it over at once.
+    let unplaced = store_with_owner(&a, &pods_at(&["pod2"], T0, 10));
+    let placed = unplaced.placed_by(Arc::new(PlacedOn(HashMap::from([("pod2", "node-b")]))));
+    let t = T0 + 20 * SECOND;
+    placed.ingest(&b, &pods_at(&["pod2"], t, 500), t);
+    assert_eq!(placed.owner("ns", "pod2"), Some(b.clone()));
+    let t2 = t + 15 * SECOND;
+    placed.ingest(&a, &pods_at(&["pod2"], t2, 40), t2);
+    placed.ingest(&b, &pods_at(&["pod2"], t2, 515), t2);
+    assert_eq!(placed.owner("ns", "pod2"), Some(b.clone()));
+    assert_eq!(
+        &*placed.pod("ns", "pod2", t2).expect("node-b's").containers,
+        &[container_usage("c1", 1_000_000_000, MIB)]
+    );
+    // node-b's data goes stale; node-a still does not get the pod.
+    let late = t2 + 60 * SECOND;
+    placed.ingest(&a, &pods_at(&["pod2"], late, 100), late);
+    assert_eq!(placed.owner("ns", "pod2"), Some(b));
+}
+
+/// A store (no placement) where `node` reported `scrape` first.
+fn store_with_owner(node: &NodeName, scrape: &NodeScrape<'_>) -> Store {
+    let store = store(15);
+    store.ingest(node, scrape, T0);
+    store
 }
 
 #[test]
