@@ -85,6 +85,7 @@ impl Settings {
                 resolution,
                 request_timeout: Duration::from_secs(10),
                 max_in_flight: 64,
+                slot_hold: scraper::scrape::DEFAULT_SLOT_HOLD,
                 source: scraper::kubelet::Source::Resource,
                 address_types: split(DEFAULT_ADDRESS_TYPES),
                 kubelet_port: 10250,

@@ -56,8 +56,14 @@ pub struct Config {
     pub resolution: Duration,
     /// `--kubelet-request-timeout`: bounds each whole request, any scheduling delay included.
     pub request_timeout: Duration,
-    /// Scrapes in flight at most.
+    /// Scrapes in flight at most: the bound on bodies arriving together.
     pub max_in_flight: usize,
+    /// How long a request holds its in-flight slot: one still running after this gives the
+    /// slot back and goes on without it, so kubelets that do not answer (nodes gone dark, a
+    /// zone cut off) hold no slot for their whole timeout, and a few dozen of them do not
+    /// starve the healthy nodes, which metrics-server's goroutine per node never does.
+    /// [`DEFAULT_SLOT_HOLD`] by default.
+    pub slot_hold: Duration,
     /// Which kubelet endpoint.
     pub source: Source,
     /// `--kubelet-preferred-address-types`, in priority order.
@@ -69,6 +75,10 @@ pub struct Config {
     /// `--node-selector`: which nodes are scraped.
     pub node_selector: LabelSelector,
 }
+
+/// [`Config::slot_hold`] by default: a healthy kubelet answers in milliseconds, a loaded one
+/// within a few hundred.
+pub const DEFAULT_SLOT_HOLD: Duration = Duration::from_secs(1);
 
 // The first round's states; 0 (the default) is "not started".
 const ROUND_RUNNING: u8 = 1;

@@ -347,6 +347,7 @@ impl Flags {
                 resolution: self.resolution(),
                 request_timeout: k.kubelet_request_timeout.0,
                 max_in_flight: self.server.scrape_max_in_flight,
+                slot_hold: scraper::scrape::DEFAULT_SLOT_HOLD,
                 source: k.kubelet_source.into(),
                 address_types: k.kubelet_preferred_address_types.clone(),
                 kubelet_port: k.kubelet_port,

@@ -180,7 +180,10 @@ fn startup_timeout_lets_node_metrics_alone_in_but_never_no_metrics() {
     assert_eq!(get(&h, "/readyz", None, START + 29 * S).0, 500);
     assert_eq!(
         get(&h, "/readyz/metric-storage-ready", None, START + 3600 * S),
-        (500, "internal server error: no metrics to serve\n".to_owned())
+        (
+            500,
+            "internal server error: no metrics to serve\n".to_owned()
+        )
     );
     // Nodes answer but no pod has usage (a cluster with no running pods): ready once the
     // timeout has passed, not before.

@@ -171,7 +171,9 @@ async fn readyz_never_passes_without_any_metrics() {
         )
     );
     // Excluding the failing check passes.
-    let excluded = c.get(empty.addr, "/readyz?exclude=metric-storage-ready").await;
+    let excluded = c
+        .get(empty.addr, "/readyz?exclude=metric-storage-ready")
+        .await;
     assert_eq!(
         (excluded.status, excluded.body.as_str()),
         (StatusCode::OK, "ok")

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::sync::SemaphorePermit;
 use tokio::time::Instant;
 
 use super::{Period, Shared};
@@ -209,7 +210,7 @@ async fn fetch_and_store(
     let _busy = tokio::time::timeout_at(queue_deadline, busy.lock_owned())
         .await
         .map_err(|_| queued())?;
-    let _slot = tokio::time::timeout_at(queue_deadline, shared.slots.acquire())
+    let slot = tokio::time::timeout_at(queue_deadline, shared.slots.acquire())
         .await
         .map_err(|_| queued())?
         .map_err(|_| queued())?;
@@ -218,7 +219,9 @@ async fn fetch_and_store(
         Kind::Warmup => Instant::now() + shared.request_timeout,
     };
     let request_time_ns = shared.clock.unix_ns(Instant::now());
-    let body = shared.client.fetch(&target, deadline).await?;
+    let fetch = shared.client.fetch(&target, deadline);
+    let (body, _slot) = holding_for_at_most(fetch, slot, shared.config.slot_hold).await;
+    let body = body?;
     let scrape = shared
         .config
         .source
@@ -229,6 +232,23 @@ async fn fetch_and_store(
         })?;
     let now_ns = shared.clock.unix_ns(Instant::now());
     Ok(shared.store.ingest(node, &scrape, now_ns))
+}
+
+/// Runs `work` holding `slot` for at most `hold`: work still running then gives the slot back
+/// and finishes without it. The slot, when still held, comes back with the output.
+async fn holding_for_at_most<F: Future>(
+    work: F,
+    slot: SemaphorePermit<'_>,
+    hold: Duration,
+) -> (F::Output, Option<SemaphorePermit<'_>>) {
+    tokio::pin!(work);
+    match tokio::time::timeout(hold, &mut work).await {
+        Ok(output) => (output, Some(slot)),
+        Err(_) => {
+            drop(slot);
+            (work.await, None)
+        }
+    }
 }
 
 struct PeriodGuard {

@@ -57,6 +57,7 @@ fn config(resolution: Duration) -> Config {
         resolution,
         request_timeout: resolution / 2,
         max_in_flight: 4,
+        slot_hold: super::DEFAULT_SLOT_HOLD,
         source: Source::Resource,
         address_types: vec!["InternalIP".to_owned()],
         kubelet_port: 10250,

@@ -221,8 +221,12 @@ mod tests {
             Err(RateError::EmptyWindow)
         );
         assert_eq!(
-            usage(Some(&point(0, 1)), &point(15 * NS_PER_SECOND, 15_000_000_001), None)
-                .map(|u| u.map(|u| u.cpu_nanocores)),
+            usage(
+                Some(&point(0, 1)),
+                &point(15 * NS_PER_SECOND, 15_000_000_001),
+                None
+            )
+            .map(|u| u.map(|u| u.cpu_nanocores)),
             Ok(Some(1_000_000_000))
         );
     }

@@ -579,7 +579,11 @@ fn garbage_and_error_pages_fail_with_an_offset() {
             ParseErrorKind::Value,
             60,
         ),
-        (b"pod_cpu_usage_seconds_total{pod=\"p\"}\n", ParseErrorKind::Value, 27),
+        (
+            b"pod_cpu_usage_seconds_total{pod=\"p\"}\n",
+            ParseErrorKind::Value,
+            27,
+        ),
         (b"scrape_error zero 1\n", ParseErrorKind::Value, 13),
         (
             b"<html><body>502 Bad Gateway</body></html>\n",

@@ -162,6 +162,7 @@ impl Loop {
             resolution,
             request_timeout: Duration::from_millis(500),
             max_in_flight: 4,
+            slot_hold: scrape::DEFAULT_SLOT_HOLD,
             source: Source::Resource,
             address_types: vec!["InternalIP".into()],
             kubelet_port: 1,

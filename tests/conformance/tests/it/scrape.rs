@@ -484,6 +484,8 @@ fn start_loop(
     )
 }
 
+/// A request holds its slot for its whole timeout here (the slot hold is the timeout), so
+/// queueing shows; [`start_loop_holding`] sets a shorter hold.
 fn start_loop_with(
     ca: &Ca,
     kubelets: &[&SimKubelet],
@@ -491,6 +493,27 @@ fn start_loop_with(
     timeout_ms: u64,
     max_in_flight: usize,
     source: Source,
+) -> Loop {
+    let hold = Duration::from_millis(timeout_ms);
+    start_loop_holding(
+        ca,
+        kubelets,
+        resolution_ms,
+        timeout_ms,
+        max_in_flight,
+        source,
+        hold,
+    )
+}
+
+fn start_loop_holding(
+    ca: &Ca,
+    kubelets: &[&SimKubelet],
+    resolution_ms: u64,
+    timeout_ms: u64,
+    max_in_flight: usize,
+    source: Source,
+    slot_hold: Duration,
 ) -> Loop {
     let resolution = Duration::from_millis(resolution_ms);
     let mut registry = Registry::default();
@@ -505,6 +528,7 @@ fn start_loop_with(
         resolution,
         request_timeout: Duration::from_millis(timeout_ms),
         max_in_flight,
+        slot_hold,
         source,
         address_types: vec!["InternalIP".into()],
         kubelet_port: 1,
@@ -584,6 +608,43 @@ async fn a_hanging_node_does_not_delay_the_others() {
     // The hanging request of the next period is cancelled by shutdown, promptly.
     l.until(2100).await;
     assert!(!l.progress.first_round_complete());
+    assert!(l.stop().await < Duration::from_millis(500));
+}
+
+/// Kubelets that do not answer (nodes gone dark) hold an in-flight slot only for the slot
+/// hold, not for their whole timeout: more of them than there are slots do not keep the
+/// healthy nodes waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelets_that_hang_do_not_starve_the_others_of_slots() {
+    let ca = ca();
+    // The first round, sorted by name over 1 s: a, b, c and d (hang) at 0, 167, 333 and
+    // 500 ms, e and f at 667 and 833 ms; two slots, each held for 100 ms at most.
+    let mut hanging = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        hanging.push(faulty(&ca, name, Fault::Hang).await);
+    }
+    let e = kubelet(&ca, "e", |o| o).await;
+    let f = kubelet(&ca, "f", |o| o).await;
+    let all: Vec<&SimKubelet> = hanging.iter().chain([&e, &f]).collect();
+    let hold = Duration::from_millis(100);
+    let l = start_loop_holding(&ca, &all, 2000, 1500, 2, Source::Resource, hold);
+    // e and f answered on time while the four hanging requests are still in flight. Were
+    // the slots held for the timeout, e would wait for a's until 1500 ms.
+    l.until(1100).await;
+    assert_eq!(l.metrics.requests(true), 2, "e and f done by 1100 ms");
+    assert_eq!(l.metrics.requests(false), 0, "a to d still in flight");
+    for (k, expected_ms) in [(&e, 667u64), (&f, 833)] {
+        let offset = first_request_offset(k, l.t0);
+        let expected = Duration::from_millis(expected_ms);
+        assert!(
+            offset >= expected && offset < expected + Duration::from_millis(200),
+            "{} started at {offset:?}, scheduled at {expected:?}",
+            k.node_name()
+        );
+    }
+    // The hanging ones time out at their own deadline, slot or no slot.
+    l.until(2400).await;
+    assert_eq!(l.metrics.failures("timeout"), 4);
     assert!(l.stop().await < Duration::from_millis(500));
 }
 
