@@ -748,7 +748,7 @@ fn store_with_pods_only() -> Store {
 // ---- where we are deliberately better ----
 
 #[test]
-fn init_container_stub_is_ignored_not_hiding_the_pod() {
+fn init_container_stubs_and_containers_without_memory_are_ignored_not_hiding_the_pod() {
     let store = store(60);
     let n = name("node1");
     let start = T0 - 3600 * SECOND;
@@ -766,13 +766,23 @@ fn init_container_stub_is_ignored_not_hiding_the_pod() {
                 },
             ),
             container("pod1", "init-zero", sample(ts, start, 0, 0)),
+            // CPU but no memory series: not served with 0 bytes, which an HPA on memory
+            // would scale down on (an explicit 0 is served, #1330).
+            container(
+                "pod1",
+                "no-memory",
+                Sample {
+                    memory_working_set_bytes: None,
+                    ..sample(ts, start, cpu * CORE_SECOND, 0)
+                },
+            ),
         ]
     };
     let first = store.ingest(&n, &scrape(None, batch(T0, 10)), T0);
-    assert_eq!(first.containers_ignored, 2);
+    assert_eq!(first.containers_ignored, 3);
     let t1 = T0 + 10 * SECOND;
     let second = store.ingest(&n, &scrape(None, batch(t1, 12)), t1);
-    assert_eq!((second.containers_ignored, second.pods_with_usage), (2, 1));
+    assert_eq!((second.containers_ignored, second.pods_with_usage), (3, 1));
     let pod = store
         .pod("ns", "pod1", t1)
         .expect("served with its app container");
@@ -814,39 +824,6 @@ fn a_cumulative_cpu_of_zero_is_no_reading_and_never_a_spike() {
             _ => assert_eq!(served, None, "scrape {i}"),
         }
     }
-}
-
-/// A container the kubelet reports CPU for but no memory series is not served with 0 bytes
-/// (an HPA on memory would scale down on it); an explicit 0 still is (#1330).
-#[test]
-fn a_container_without_a_memory_series_is_ignored() {
-    let store = store(60);
-    let n = name("node1");
-    let start = T0 - 3600 * SECOND;
-    let batch = |ts: i64, cpu: u64| {
-        vec![
-            container("pod1", "app", sample(ts, start, cpu * CORE_SECOND, 7 * MIB)),
-            container(
-                "pod1",
-                "no-memory",
-                Sample {
-                    memory_working_set_bytes: None,
-                    ..sample(ts, start, cpu * CORE_SECOND, 0)
-                },
-            ),
-        ]
-    };
-    store.ingest(&n, &scrape(None, batch(T0, 10)), T0);
-    let t1 = T0 + 10 * SECOND;
-    let ingested = store.ingest(&n, &scrape(None, batch(t1, 12)), t1);
-    assert_eq!(ingested.containers_ignored, 1);
-    let pod = store
-        .pod("ns", "pod1", t1)
-        .expect("served with its app container");
-    assert_eq!(
-        &*pod.containers,
-        &[container_usage("app", 200_000_000, 7 * MIB)]
-    );
 }
 
 /// The summary source: a sample whose cumulative counter is 0 beside the kubelet's rate, then

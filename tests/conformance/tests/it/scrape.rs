@@ -481,11 +481,11 @@ fn start_loop(
         timeout_ms,
         max_in_flight,
         Source::Resource,
+        None,
     )
 }
 
-/// A request holds its slot for its whole timeout here (the slot hold is the timeout), so
-/// queueing shows; [`start_loop_holding`] sets a shorter hold.
+/// `slot_hold`: `None` holds a request's slot for its whole timeout, so queueing shows.
 fn start_loop_with(
     ca: &Ca,
     kubelets: &[&SimKubelet],
@@ -493,27 +493,7 @@ fn start_loop_with(
     timeout_ms: u64,
     max_in_flight: usize,
     source: Source,
-) -> Loop {
-    let hold = Duration::from_millis(timeout_ms);
-    start_loop_holding(
-        ca,
-        kubelets,
-        resolution_ms,
-        timeout_ms,
-        max_in_flight,
-        source,
-        hold,
-    )
-}
-
-fn start_loop_holding(
-    ca: &Ca,
-    kubelets: &[&SimKubelet],
-    resolution_ms: u64,
-    timeout_ms: u64,
-    max_in_flight: usize,
-    source: Source,
-    slot_hold: Duration,
+    slot_hold: Option<Duration>,
 ) -> Loop {
     let resolution = Duration::from_millis(resolution_ms);
     let mut registry = Registry::default();
@@ -528,7 +508,7 @@ fn start_loop_holding(
         resolution,
         request_timeout: Duration::from_millis(timeout_ms),
         max_in_flight,
-        slot_hold,
+        slot_hold: slot_hold.unwrap_or(Duration::from_millis(timeout_ms)),
         source,
         address_types: vec!["InternalIP".into()],
         kubelet_port: 1,
@@ -627,7 +607,7 @@ async fn kubelets_that_hang_do_not_starve_the_others_of_slots() {
     let f = kubelet(&ca, "f", |o| o).await;
     let all: Vec<&SimKubelet> = hanging.iter().chain([&e, &f]).collect();
     let hold = Duration::from_millis(100);
-    let l = start_loop_holding(&ca, &all, 2000, 1500, 2, Source::Resource, hold);
+    let l = start_loop_with(&ca, &all, 2000, 1500, 2, Source::Resource, Some(hold));
     // e and f answered on time while the four hanging requests are still in flight. Were
     // the slots held for the timeout, e would wait for a's until 1500 ms.
     l.until(1100).await;
@@ -769,7 +749,7 @@ async fn with_the_summary_source_the_first_scrape_is_enough() {
     let ca = ca();
     let now_ms = unix_now_ns() / 1_000_000;
     let (k, _) = frozen(&ca, "s", now_ms - 9_000).await;
-    let l = start_loop_with(&ca, &[&k], 60_000, 5_000, 4, Source::Summary);
+    let l = start_loop_with(&ca, &[&k], 60_000, 5_000, 4, Source::Summary, None);
     while !l.progress.first_round_complete() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
