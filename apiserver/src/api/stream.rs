@@ -227,7 +227,9 @@ pub(super) mod tests {
                     container: "app".into(),
                     sample: Sample {
                         timestamp_ns: ts,
-                        cpu_usage_ns_total: Some((round as u64 + 1) * 1_000_000_000 * (i as u64 + 1)),
+                        cpu_usage_ns_total: Some(
+                            (round as u64 + 1) * 1_000_000_000 * (i as u64 + 1),
+                        ),
                         cpu_nanocores: None,
                         memory_working_set_bytes: Some(4096 * (i as u64 + 1)),
                         start_time_ns: Some(NOW_NS - 3600 * SECOND),

@@ -13,6 +13,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -92,6 +93,8 @@ impl Deadline {
 #[derive(Debug)]
 pub(super) struct Activity {
     state: Mutex<State>,
+    /// Whether the client has sent any bytes after the TLS handshake ([`Activity::heard`]).
+    heard: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -113,6 +116,22 @@ impl Activity {
                 idle_since: now,
                 http1: None,
             }),
+            heard: AtomicBool::new(false),
+        }
+    }
+
+    /// The client sent bytes over the connection (the h2 preface, a request head).
+    pub(super) fn heard(&self) {
+        if !self.heard.load(Ordering::Relaxed) {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Resolves at `at` if the client has sent nothing by then; never otherwise.
+    pub(super) async fn silent_at(&self, at: Instant) {
+        tokio::time::sleep_until(at).await;
+        if self.heard.load(Ordering::Relaxed) {
+            std::future::pending::<()>().await;
         }
     }
 

@@ -255,9 +255,19 @@ pub(super) async fn serve(
         None if !config.http2 => builder.http1_only(),
         None => builder,
     };
-    let conn = builder.serve_connection(TokioIo::new(tls), service);
+    let first_bytes_by = Instant::now()
+        + match alpn.as_deref() {
+            Some(b"h2") => config.preface_timeout,
+            _ => config.header_read_timeout,
+        };
+    let io = Heard {
+        inner: tls,
+        activity: activity.clone(),
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let watch = Watch {
+        first_bytes_by,
         activity: &activity,
         shutdown: &shutdown,
         goaway: &goaway,
@@ -273,6 +283,8 @@ pub(super) async fn serve(
 
 /// What bounds a connection while [`drive`] serves it.
 struct Watch<'a> {
+    /// A client that has sent nothing by then is dropped.
+    first_bytes_by: Instant,
     activity: &'a Activity,
     shutdown: &'a CancellationToken,
     goaway: &'a tokio::sync::Notify,
@@ -310,6 +322,7 @@ where
     E: std::fmt::Display,
 {
     let Watch {
+        first_bytes_by,
         activity,
         shutdown,
         goaway,
@@ -348,6 +361,10 @@ where
                 close(conn.as_mut());
                 closing = true;
                 close_by = Some(Instant::now() + CLOSE_GRACE);
+            }
+            () = unconstrained(activity.silent_at(first_bytes_by)), if !closing => {
+                tracing::debug!(%remote, "the client sent nothing after the TLS handshake; dropping the connection");
+                return Ended::TooLate;
             }
             () = unconstrained(activity.http1_cut(request_timeout)) => {
                 tracing::debug!(%remote, "HTTP/1.1 response past the request timeout; resetting the connection");
@@ -463,6 +480,59 @@ impl Drop for Socket {
     }
 }
 
+/// The TLS stream, telling the connection's [`Activity`] when the client's first plaintext
+/// bytes are read (the h2 preface may have come with the handshake's last flight, so it is
+/// the plaintext that counts, not the socket).
+struct Heard<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Heard<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.heard();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Heard<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 impl AsyncRead for Socket {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -517,6 +587,8 @@ mod tests {
         let shutdown = CancellationToken::new();
         for trial in 0..32 {
             let activity = Arc::new(Activity::new(Instant::now()));
+            // A request came, so the client's first bytes did.
+            activity.heard();
             let due = Instant::now() + Duration::from_secs(60);
             let deadline = Arc::new(Deadline::new(due));
             deadline.arm(due);
@@ -528,6 +600,7 @@ mod tests {
                     let mut conn = std::pin::pin!(busy);
                     let goaway = tokio::sync::Notify::new();
                     let watch = Watch {
+                        first_bytes_by: Instant::now() + Duration::from_secs(10),
                         activity: &activity,
                         shutdown: &shutdown,
                         goaway: &goaway,

@@ -71,6 +71,12 @@ pub struct Config {
     /// connection starts waiting for the head, so it also bounds an idle HTTP/1.1
     /// keep-alive connection (Go waits `IdleTimeout` for the first byte, then this).
     pub header_read_timeout: Duration,
+    /// An h2 connection whose client has sent nothing (not even the connection preface) this
+    /// long after the TLS handshake is dropped: 10 s, Go's `http2` server's `prefaceTimeout`.
+    /// Any other connection has [`Config::header_read_timeout`] for its first bytes, as in Go
+    /// (hyper times the head, but not the first bytes it reads to pick a protocol for a
+    /// client that named none).
+    pub preface_timeout: Duration,
     /// The request head limit, k8s.io/apiserver's `MaxHeaderBytes` (1 MiB), counted as Go
     /// counts it: an HTTP/1.1 head (request line, header lines) larger than this plus
     /// [`conn::HTTP1_HEAD_SLACK_BYTES`] gets `431` and the connection closed; h2 advertises
@@ -110,6 +116,7 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(32),
+            preface_timeout: Duration::from_secs(10),
             max_header_bytes: 1 << 20,
             idle_timeout: Duration::from_secs(90),
             request_timeout: Duration::from_secs(60),

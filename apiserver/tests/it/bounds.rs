@@ -213,7 +213,12 @@ pub(crate) async fn connect(
     }
     let tcp = socket.connect(addr).await.unwrap();
     let mut config = tls::client::config(&tls::client::Verify::Insecure, None).unwrap();
-    config.alpn_protocols = vec![alpn.to_vec()];
+    // Empty: no ALPN at all.
+    config.alpn_protocols = [alpn]
+        .iter()
+        .filter(|a| !a.is_empty())
+        .map(|a| a.to_vec())
+        .collect();
     TlsConnector::from(Arc::new(config))
         .connect("localhost".try_into().unwrap(), tcp)
         .await
@@ -387,6 +392,43 @@ async fn half_a_request_head_is_closed_unanswered_at_the_header_timeout() {
     let (got, _) = read_until_closed(&mut tls).await;
     let got = String::from_utf8_lossy(&got);
     assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+}
+
+/// A client that completes the TLS handshake and then sends nothing is dropped: over h2
+/// at the preface timeout (Go's `prefaceTimeout`), otherwise at the header timeout, also
+/// when it named no protocol and the server waits for its first bytes to pick one.
+#[tokio::test]
+async fn a_client_silent_after_the_handshake_is_dropped() {
+    let timeout = Duration::from_millis(300);
+    let stack = Stack::start(
+        config(|c| {
+            c.preface_timeout = timeout;
+            c.header_read_timeout = 2 * timeout;
+        }),
+        0,
+    )
+    .await;
+    for (alpn, after_at_least) in [(&b"h2"[..], timeout), (b"", 2 * timeout)] {
+        let mut tls = connect(stack.addr, alpn, None).await;
+        let (got, after) = read_until_closed(&mut tls).await;
+        // An h2 server sends its SETTINGS without waiting for the client's preface.
+        assert!(
+            alpn == b"h2" || got.is_empty(),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
+        let protocol = String::from_utf8_lossy(alpn);
+        assert!(
+            after >= after_at_least - Duration::from_millis(50) && after < PATIENCE,
+            "{protocol:?}: closed after {after:?}"
+        );
+        stack.until("closed", |s| s.connections.open() == 0).await;
+    }
+    // A client that speaks in time is served, and then only the idle timeout applies.
+    let (mut sender, _conn) = h2(connect(stack.addr, b"h2", None).await).await;
+    tokio::time::sleep(2 * timeout).await;
+    let response = sender.send_request(get("/livez", true, &[])).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
 }
 
 #[tokio::test]
