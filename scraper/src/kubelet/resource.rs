@@ -268,11 +268,13 @@ impl<'a> Parser<'a> {
     }
 
     /// Checks a line of a family that is not read, from its first byte to `end`, without
-    /// parsing its labels: a metric name followed by `{` or a blank, and a number at the end
-    /// (its value, or its timestamp), and right after the name when it has no labels. So a
-    /// plain-text error page served with 200 (`Internal Server Error`) fails the node, as
-    /// metrics-server's parser fails it on the value, instead of reading as a body of
-    /// families that are not read, with no node and no pod in it.
+    /// parsing its labels: a metric name followed by `{` or a blank, the start of a number
+    /// right after the name when it has no labels, and a number at the end (its value, or
+    /// its timestamp). So a plain-text error page served with 200 (`Internal Server Error`)
+    /// fails the node, as metrics-server's parser fails it on the value, instead of reading
+    /// as a body of families that are not read, with no node and no pod in it. The checks
+    /// look at a byte or two where the line is well formed (a digit ends it), so the lines
+    /// skipped cost little more than before.
     fn skipped_line(&self, start: usize, end: usize) -> Result<(), ParseError> {
         let b = self.bytes;
         if !is(NAME_START, b[start]) {
@@ -287,8 +289,10 @@ impl<'a> Parser<'a> {
         }
         if b[pos] != b'{' {
             let value = skip_blanks(b, pos, end);
-            let value_end = token_end(b, value, end);
-            if !self.is_number(value, value_end) {
+            let starts_number = b.get(value).is_some_and(|&c| {
+                c.is_ascii_digit() || matches!(c, b'+' | b'-' | b'.' | b'N' | b'n' | b'I' | b'i')
+            });
+            if value == end || !starts_number {
                 return Err(error(ParseErrorKind::Value, value));
             }
         }
@@ -296,27 +300,23 @@ impl<'a> Parser<'a> {
         while last_end > pos && is_blank(b[last_end - 1]) {
             last_end -= 1;
         }
+        if last_end > pos && b[last_end - 1].is_ascii_digit() {
+            return Ok(());
+        }
+        // Not a digit at the end: the last token must still be a number (`NaN`, `+Inf`).
         let mut last = last_end;
         while last > pos && !is_blank(b[last - 1]) {
             last -= 1;
         }
         // `last == pos`: the label set runs to the end of the line, with no value after it.
-        if last == pos || !self.is_number(last, last_end) {
+        let number = self
+            .text
+            .get(last..last_end)
+            .is_some_and(|t| t.parse::<f64>().is_ok());
+        if last == pos || !number {
             return Err(error(ParseErrorKind::Value, last));
         }
         Ok(())
-    }
-
-    /// Whether `text[start..end]` is a sample value or a timestamp: digits, or what Go's
-    /// `strconv.ParseFloat` reads (`1.5e+09`, `NaN`, `+Inf`).
-    fn is_number(&self, start: usize, end: usize) -> bool {
-        let token = &self.bytes[start..end];
-        !token.is_empty()
-            && (token.iter().all(u8::is_ascii_digit)
-                || self
-                    .text
-                    .get(start..end)
-                    .is_some_and(|t| t.parse::<f64>().is_ok()))
     }
 
     /// Parses the label set after its `{` up to and including the `}`; returns the position
