@@ -241,7 +241,9 @@ async fn holding_for_at_most<F: Future>(
     slot: SemaphorePermit<'_>,
     hold: Duration,
 ) -> (F::Output, Option<SemaphorePermit<'_>>) {
-    tokio::pin!(work);
+    // On the heap: the task of every scrape would otherwise carry the request's state twice
+    // (before and inside the timeout), which the allocator keeps as ~1 KiB per node.
+    let mut work = Box::pin(work);
     match tokio::time::timeout(hold, &mut work).await {
         Ok(output) => (output, Some(slot)),
         Err(_) => {
