@@ -18,8 +18,9 @@
 //! and pods never wait for an ingest.
 //!
 //! Semantics follow metrics-server `pkg/storage` (reference §4) with these differences:
-//! - an all-zero container sample (a finished init container) or one without CPU data is
-//!   ignored instead of hiding its pod; zero memory with CPU data is valid;
+//! - an unusable container sample (all zeros, as a finished init container reports; no CPU
+//!   data or a cumulative CPU of 0; no memory series) is ignored instead of hiding its pod;
+//!   zero memory with CPU data is valid;
 //! - a failed scrape keeps the last good data until it is older than
 //!   [`Config::staleness`] (#1736); reads treat older data as absent;
 //! - a container first seen has no previous point (no zero point);

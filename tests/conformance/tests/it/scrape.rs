@@ -541,6 +541,19 @@ fn start_loop_with(
     }
 }
 
+/// Each kubelet's first request came within 200 ms after its slot (ms after `t0`).
+fn started_on_schedule(scheduled: &[(&SimKubelet, u64)], t0: Instant) {
+    for &(k, expected_ms) in scheduled {
+        let offset = first_request_offset(k, t0);
+        let expected = Duration::from_millis(expected_ms);
+        assert!(
+            offset >= expected && offset < expected + Duration::from_millis(200),
+            "{} started at {offset:?}, scheduled at {expected:?}",
+            k.node_name()
+        );
+    }
+}
+
 fn first_request_offset(k: &SimKubelet, t0: Instant) -> Duration {
     k.seen()
         .first()
@@ -575,15 +588,7 @@ async fn a_hanging_node_does_not_delay_the_others() {
     // The fixtures never refresh their timestamps: b, c and d keep warming up (until
     // the warm-up limit, a period plus a housekeeping interval).
     assert!(!l.progress.first_round_complete());
-    for (k, expected_ms) in [(&a, 0u64), (&b, 250), (&c, 500), (&d, 750)] {
-        let offset = first_request_offset(k, l.t0);
-        let expected = Duration::from_millis(expected_ms);
-        assert!(
-            offset >= expected && offset < expected + Duration::from_millis(200),
-            "{} started at {offset:?}, scheduled at {expected:?}",
-            k.node_name()
-        );
-    }
+    started_on_schedule(&[(&a, 0), (&b, 250), (&c, 500), (&d, 750)], l.t0);
     assert!(l.progress.last_tick_start_ns().is_some());
     // The hanging request of the next period is cancelled by shutdown, promptly.
     l.until(2100).await;
@@ -613,15 +618,7 @@ async fn kubelets_that_hang_do_not_starve_the_others_of_slots() {
     l.until(1100).await;
     assert_eq!(l.metrics.requests(true), 2, "e and f done by 1100 ms");
     assert_eq!(l.metrics.requests(false), 0, "a to d still in flight");
-    for (k, expected_ms) in [(&e, 667u64), (&f, 833)] {
-        let offset = first_request_offset(k, l.t0);
-        let expected = Duration::from_millis(expected_ms);
-        assert!(
-            offset >= expected && offset < expected + Duration::from_millis(200),
-            "{} started at {offset:?}, scheduled at {expected:?}",
-            k.node_name()
-        );
-    }
+    started_on_schedule(&[(&e, 667), (&f, 833)], l.t0);
     // The hanging ones time out at their own deadline, slot or no slot.
     l.until(2400).await;
     assert_eq!(l.metrics.failures("timeout"), 4);
