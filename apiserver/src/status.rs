@@ -39,9 +39,56 @@ pub struct Details {
     /// Kind or resource.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// What was wrong, field by field (a 422's validation errors).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<Cause>,
     /// Seconds the client should wait; mirrored in the `Retry-After` header.
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u32>,
+}
+
+/// `StatusCause`: one field's error, as apimachinery's `NewInvalid` turns a
+/// `field.Error` into one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Cause {
+    /// The error's type (`FieldValueForbidden`, `FieldValueNotSupported`), written as `reason`.
+    pub reason: &'static str,
+    /// `field.Error.ErrorBody()`: the type's words, the bad value if any, then the detail.
+    pub message: String,
+    /// The field's path.
+    pub field: &'static str,
+}
+
+impl Cause {
+    /// `field.Forbidden(field, detail)`.
+    pub fn forbidden(field: &'static str, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueForbidden",
+            message: format!("Forbidden: {detail}"),
+            field,
+        }
+    }
+
+    /// `field.NotSupported(field, value, supported)`.
+    pub fn not_supported(field: &'static str, value: &str, supported: &[&str]) -> Self {
+        let supported: Vec<String> = supported.iter().map(|v| scraper::go::quote(v)).collect();
+        Cause {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                scraper::go::quote(value),
+                supported.join(", ")
+            ),
+            field,
+        }
+    }
+
+    /// `StatusCause {reason = 1, message = 2, field = 3}`.
+    fn protobuf_len(&self) -> usize {
+        field_len(1, self.reason.len())
+            + field_len(2, self.message.len())
+            + field_len(3, self.field.len())
+    }
 }
 
 impl Details {
@@ -50,6 +97,11 @@ impl Details {
         field_len(1, s(&self.name))
             + field_len(2, s(&self.group))
             + field_len(3, s(&self.kind))
+            + self
+                .causes
+                .iter()
+                .map(|c| field_len(4, c.protobuf_len()))
+                .sum::<usize>()
             + varint_field_len(5, u64::from(self.retry_after_seconds.unwrap_or(0)))
             + field_len(6, 0)
     }
@@ -88,7 +140,7 @@ impl Status {
                 name: Some(name.to_owned()),
                 group: Some(group.to_owned()).filter(|g| !g.is_empty()),
                 kind: Some(resource.to_owned()),
-                retry_after_seconds: None,
+                ..Details::default()
             }),
         }
     }
@@ -151,6 +203,31 @@ impl Status {
             details: Some(Details {
                 group: Some(group.to_owned()).filter(|g| !g.is_empty()),
                 kind: Some(resource.to_owned()),
+                ..Details::default()
+            }),
+        }
+    }
+
+    /// 422 `Invalid` of apimachinery's `NewInvalid` for an unnamed object of `kind.group`
+    /// (`ListOptions.meta.k8s.io "" is invalid: <field>: <error>`, several errors in
+    /// brackets), one cause per error.
+    pub fn invalid(group: &str, kind: &str, causes: Vec<Cause>) -> Self {
+        let errors: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let errors = match errors.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        Status {
+            http: 422,
+            message: format!("{kind}.{group} \"\" is invalid: {errors}"),
+            reason: "Invalid",
+            details: Some(Details {
+                group: Some(group.to_owned()),
+                kind: Some(kind.to_owned()),
+                causes,
                 ..Details::default()
             }),
         }
@@ -269,6 +346,12 @@ impl Status {
             put_str(&mut out, 1, d.name.as_deref().unwrap_or(""));
             put_str(&mut out, 2, d.group.as_deref().unwrap_or(""));
             put_str(&mut out, 3, d.kind.as_deref().unwrap_or(""));
+            for c in &d.causes {
+                crate::api::proto::put_header(&mut out, 4, c.protobuf_len());
+                put_str(&mut out, 1, c.reason);
+                put_str(&mut out, 2, &c.message);
+                put_str(&mut out, 3, c.field);
+            }
             put_varint(&mut out, 5, u64::from(d.retry_after_seconds.unwrap_or(0)));
             put_str(&mut out, 6, "");
         }

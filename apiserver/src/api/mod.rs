@@ -22,6 +22,7 @@ pub mod encode;
 pub mod json;
 pub mod metrics;
 pub mod openapi;
+mod options;
 pub mod proto;
 pub mod quantity;
 pub mod query;
@@ -570,25 +571,17 @@ impl<S: Source> Handler<S> {
         }
     }
 
-    /// Parses the selectors and rejects watches, in the apiserver's order: selector syntax,
-    /// field label conversion, then watch.
+    /// The list's options, checked in the apiserver's order ([`options`]).
     fn list_query(&self, query: Option<&str>, r: &Resource<'_>) -> Result<ListQuery, Box<Status>> {
-        let labels = LabelSelector::parse(&query::get(query, "labelSelector").unwrap_or_default())
-            .map_err(|e| Box::new(Status::bad_request(e.0)))?;
-        let fields = FieldSelector::parse(&query::get(query, "fieldSelector").unwrap_or_default())
-            .map_err(|e| Box::new(Status::bad_request(e.0)))?;
-        if query::flag(query, "watch") {
-            let resource = match r {
-                Resource::Nodes | Resource::Node(_) => "nodes",
-                _ => "pods",
-            };
-            return Err(Box::new(Status::method_not_supported(
-                resource,
-                "metrics.k8s.io",
-                "watch",
-            )));
-        }
-        Ok(ListQuery { labels, fields })
+        let resource = match r {
+            Resource::Nodes | Resource::Node(_) => "nodes",
+            _ => "pods",
+        };
+        let o = options::list_options(query, resource)?;
+        Ok(ListQuery {
+            labels: o.labels,
+            fields: o.fields,
+        })
     }
 
     /// Nodes matching `--node-selector`, the label and the field selector, with usage, sorted

@@ -198,6 +198,8 @@ fn errors_are_negotiated_status_objects() {
         "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods/pending",
         "/apis/metrics.k8s.io/v1/pods?labelSelector=a%20b%20c",
         "/apis/metrics.k8s.io/v1/pods?watch=true",
+        "/apis/metrics.k8s.io/v1/pods?limit=many",
+        "/apis/metrics.k8s.io/v1/nodes?resourceVersionMatch=Newest&sendInitialEvents=1",
         "/apis/metrics.k8s.io/v1/nodes/a/b/c",
     ] {
         let json = get_with(&h, uri, "application/json");

@@ -74,10 +74,13 @@ fn hex(c: u8) -> Option<u8> {
 
 /// Go's `Convert_Slice_string_To_bool`: present and not `0`/`false` (any case) is true.
 pub fn flag(query: Option<&str>, key: &str) -> bool {
-    match get(query, key) {
-        None => false,
-        Some(v) => !(v == "0" || v.eq_ignore_ascii_case("false")),
-    }
+    get(query, key).is_some_and(|v| truthy(&v))
+}
+
+/// A present boolean parameter's value as Go's `Convert_Slice_string_To_bool` reads it:
+/// anything but `0` and `false` (any case), the empty value included, is true.
+pub fn truthy(v: &str) -> bool {
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
 #[cfg(test)]

@@ -587,6 +587,64 @@ fn bad_selectors_are_400() {
 }
 
 #[test]
+fn list_options_the_apiserver_refuses_are_refused_with_its_status() {
+    let h = handler();
+    // An integer that does not parse: 400, whatever the rest.
+    let r = get(&h, "/apis/metrics.k8s.io/v1beta1/pods?limit=abc");
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.text(),
+        status_json(
+            "strconv.ParseInt: parsing \"abc\": invalid syntax",
+            "BadRequest",
+            "",
+            400
+        )
+    );
+    assert_eq!(
+        get(&h, "/apis/metrics.k8s.io/v1/nodes?timeoutSeconds=1.5").status,
+        400
+    );
+    // Options that contradict each other: 422 Invalid, with the causes a client can show.
+    let r = get(
+        &h,
+        "/apis/metrics.k8s.io/v1/namespaces/default/pods?resourceVersionMatch=NotOlderThan",
+    );
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.text(),
+        concat!(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+            r#""message":"ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided","#,
+            r#""reason":"Invalid","details":{"group":"meta.k8s.io","kind":"ListOptions","causes":[{"reason":"FieldValueForbidden","message":"Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided","field":"resourceVersionMatch"}]},"code":422}"#
+        )
+    );
+    let r = get(&h, "/apis/metrics.k8s.io/v1/nodes?sendInitialEvents=false");
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.json()["details"]["causes"][0]["field"],
+        "sendInitialEvents"
+    );
+    // What client-go's reflectors and kubectl send still lists.
+    for q in [
+        "limit=500&resourceVersion=0",
+        "limit=500&resourceVersion=0&resourceVersionMatch=NotOlderThan",
+        "resourceVersion=&continue=",
+    ] {
+        assert_eq!(
+            get(&h, &format!("/apis/metrics.k8s.io/v1/nodes?{q}")).status,
+            200,
+            "{q}"
+        );
+    }
+    // A get is not a list: its options are not checked.
+    assert_eq!(
+        get(&h, "/apis/metrics.k8s.io/v1/nodes/worker-1?limit=abc").status,
+        200
+    );
+}
+
+#[test]
 fn selectors_filter_lists() {
     let h = handler();
     let names = |r: &Reply| -> Vec<String> {

@@ -303,7 +303,7 @@ pub fn forbidden(user: &UserInfo, attrs: &Attributes, reason: &str) -> Status {
                     name: Some(r.name.clone()).filter(|n| !n.is_empty()),
                     group: Some(r.group.clone()).filter(|g| !g.is_empty()),
                     kind: Some(r.resource.clone()).filter(|k| !k.is_empty()),
-                    retry_after_seconds: None,
+                    ..Details::default()
                 },
             )
         }

@@ -167,10 +167,22 @@ pub struct StatusDetails {
     pub group: Option<String>,
     #[prost(string, optional, tag = "3")]
     pub kind: Option<String>,
+    #[prost(message, repeated, tag = "4")]
+    pub causes: Vec<StatusCause>,
     #[prost(int32, optional, tag = "5")]
     pub retry_after_seconds: Option<i32>,
     #[prost(string, optional, tag = "6")]
     pub uid: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct StatusCause {
+    #[prost(string, optional, tag = "1")]
+    pub reason: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub message: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub field: Option<String>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -347,6 +359,22 @@ pub fn to_json(body: &[u8]) -> Value {
                     if let Some(v) = v.filter(|v| !v.is_empty()) {
                         details.insert(k.into(), json!(v));
                     }
+                }
+                if !d.causes.is_empty() {
+                    let causes = d.causes.iter().map(|c| {
+                        let mut cause = Map::new();
+                        for (k, v) in [
+                            ("reason", &c.reason),
+                            ("message", &c.message),
+                            ("field", &c.field),
+                        ] {
+                            if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+                                cause.insert(k.into(), json!(v));
+                            }
+                        }
+                        Value::Object(cause)
+                    });
+                    details.insert("causes".into(), causes.collect());
                 }
                 if let Some(r) = d.retry_after_seconds.filter(|r| *r != 0) {
                     details.insert("retryAfterSeconds".into(), json!(r));

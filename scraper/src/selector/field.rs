@@ -55,6 +55,12 @@ impl FieldSelector {
         Ok(FieldSelector { terms })
     }
 
+    /// `fields.ParseSelector` alone: the syntax check the apiserver makes while it decodes a
+    /// list's query, before it validates the options and converts the field labels.
+    pub fn check_syntax(selector: &str) -> Result<(), SelectorError> {
+        parse_terms(selector).map(drop)
+    }
+
     /// Whether an object with this name and namespace (`""` when cluster-scoped) matches.
     pub fn matches(&self, name: &str, namespace: &str) -> bool {
         self.terms.iter().all(|t| {
