@@ -196,10 +196,19 @@ fn meta_schemas(refs: &str, out: &mut Map<String, Value>) {
         format!("{META}.Time"),
         json!({"description": "Time is a wrapper around time.Time which supports correct marshaling to YAML and JSON.", "type": "string", "format": "date-time"}),
     );
-    out.insert(
-        QUANTITY.to_owned(),
-        json!({"description": "Quantity is a fixed-point representation of a number. It provides convenient marshaling/unmarshaling in JSON and YAML, in addition to String() and AsInt64() accessors.", "type": "string"}),
-    );
+    out.insert(QUANTITY.to_owned(), quantity(refs));
+}
+
+/// `resource.Quantity`: a string in Swagger 2.0; in OpenAPI v3 a string or a number
+/// (`OpenAPIV3OneOfTypes`), which is also what makes `kubectl explain` name the type
+/// `Quantity` instead of `string`.
+fn quantity(refs: &str) -> Value {
+    let description = "Quantity is a fixed-point representation of a number. It provides convenient marshaling/unmarshaling in JSON and YAML, in addition to String() and AsInt64() accessors.";
+    if refs.starts_with("#/components/") {
+        json!({"description": description, "oneOf": [{"type": "string"}, {"type": "number"}]})
+    } else {
+        json!({"description": description, "type": "string"})
+    }
 }
 
 /// Paths of one version. `response` wraps a `$ref` into the right response object.

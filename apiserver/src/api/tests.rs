@@ -1050,6 +1050,10 @@ fn openapi_v2_and_v3() {
     ] {
         assert!(v["definitions"][name].is_object(), "{name}");
     }
+    assert_eq!(
+        v["definitions"]["io.k8s.apimachinery.pkg.api.resource.Quantity"]["type"],
+        "string"
+    );
     // Every $ref resolves.
     let text = r.text();
     for piece in text.split("\"$ref\":\"#/definitions/").skip(1) {
@@ -1076,6 +1080,12 @@ fn openapi_v2_and_v3() {
             doc["components"]["schemas"]
                 [format!("io.k8s.metrics.pkg.apis.metrics.{ver}.PodMetrics")]
             .is_object()
+        );
+        // A quantity is a string or a number in v3 (a string in v2), as kube-openapi
+        // generates it: `kubectl explain` then shows `map[string]Quantity` for a usage.
+        assert_eq!(
+            doc["components"]["schemas"]["io.k8s.apimachinery.pkg.api.resource.Quantity"]["oneOf"],
+            serde_json::json!([{"type": "string"}, {"type": "number"}])
         );
         let hash = url.split("hash=").nth(1).unwrap();
         assert_eq!(hash, discovery::hash_hex(&r.body));

@@ -112,9 +112,15 @@ impl Aggregator {
                 )
             })
             .collect();
-        let attempts = urls
-            .iter()
-            .map(|(_, url)| get(client, url, "application/json", &masters, timeout));
+        let attempts = urls.iter().map(|(_, url)| {
+            get(
+                client,
+                url,
+                "application/json",
+                (PROBE_USER, &masters),
+                timeout,
+            )
+        });
         let results = futures::future::join_all(attempts).await;
         let mut last_error = String::new();
         let mut passed: Option<&str> = None;
@@ -166,7 +172,7 @@ impl Aggregator {
             client,
             &url,
             discovery::V2_CONTENT_TYPE,
-            &["system:masters"],
+            (PROBE_USER, &["system:masters"]),
             timeout,
         )
         .await
@@ -189,7 +195,7 @@ impl Aggregator {
             return Some(version.get("resources")?.as_array()?.clone());
         }
         let url = format!("{backend}/apis/{}/{}", spec.group, spec.version);
-        let (status, _, body) = get(client, &url, "application/json", &[], timeout)
+        let (status, _, body) = get(client, &url, "application/json", (PROBE_USER, &[]), timeout)
             .await
             .ok()?;
         if status != StatusCode::OK {
@@ -232,17 +238,21 @@ fn resolve(spec: &ApiService, endpoints: &mut Endpoints) -> Result<Vec<String>, 
     })
 }
 
-/// One GET as `system:kube-aggregator` with these groups; the body is read in full (bounded).
-async fn get(
+/// Who the availability checks and the discovery fetches are.
+const PROBE_USER: &str = "system:kube-aggregator";
+
+/// One GET as `(user, groups)` (the probes' `system:kube-aggregator`, the OpenAPI
+/// downloader's `system:aggregator`); the body is read in full (bounded).
+pub(super) async fn get(
     client: &HttpClient,
     url: &str,
     accept: &str,
-    groups: &[&str],
+    (user, groups): (&str, &[&str]),
     timeout: Duration,
 ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
     let mut builder = Request::get(url)
         .header(http::header::ACCEPT, accept)
-        .header("X-Remote-User", "system:kube-aggregator");
+        .header("X-Remote-User", user);
     for g in groups {
         builder = builder.header(
             "X-Remote-Group",

@@ -1,7 +1,8 @@
 //! kube-aggregator on the wire: a registry of APIServices, the availability controller that
 //! probes each backend as `system:kube-aggregator` with the front-proxy client certificate,
-//! the discovery it builds from them, and the proxy of `/apis/<group>/<version>/**`
-//! (aggregation-contract.md §1.2, §1.6, §2.4).
+//! the discovery it builds from them, the proxy of `/apis/<group>/<version>/**`
+//! (aggregation-contract.md §1.2, §1.6, §2.4), and the backends' OpenAPI v3 documents
+//! (§2.5).
 //!
 //! An APIService's backend is either one fixed URL ([`ApiService::new`]: always tried, no
 //! readiness) or the endpoints of its Service ([`ApiService::for_service`]): backend pods
@@ -41,6 +42,9 @@ use self::endpoints::Endpoints;
 pub use self::endpoints::{EndpointStatus, ReadinessProbe};
 use crate::controlplane::discovery::{self, Group, Version};
 use crate::controlplane::{BoxError, User};
+
+/// The user kube-aggregator's OpenAPI controllers download and proxy documents as.
+const OPENAPI_USER: &str = "system:aggregator";
 
 /// The body type the aggregator sends upstream.
 pub type UpstreamBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
@@ -461,7 +465,81 @@ impl Aggregator {
         else {
             return None;
         };
-        let discovery_path = segments.all(str::is_empty);
+        let timeout = if segments.all(str::is_empty) {
+            proxy::Timeout::Discovery(self.inner.config.probe_timeout)
+        } else {
+            proxy::Timeout::Request(self.inner.config.request_timeout)
+        };
+        let (group, version) = (group.to_owned(), version.to_owned());
+        self.forward(&group, &version, req, user, timeout).await
+    }
+
+    /// `/openapi/v3` as kube-aggregator's OpenAPI v3 controller serves the APIServices' part
+    /// of it: each backend's index, downloaded as `system:aggregator`, with only the path of
+    /// the APIService's own group version kept. An unavailable backend or one without a v3
+    /// index (404) contributes nothing. (The control plane's own groups have no documents
+    /// here.)
+    pub async fn openapi_v3_index(&self) -> Value {
+        let services: Vec<(String, String)> = self
+            .inner
+            .entries
+            .read()
+            .values()
+            .filter(|e| e.status.available)
+            .map(|e| (e.spec.group.clone(), e.spec.version.clone()))
+            .collect();
+        let mut paths = serde_json::Map::new();
+        for (group, version) in services {
+            let Some(Ok((url, client))) = self.backend(&group, &version) else {
+                continue;
+            };
+            let fetched = available::get(
+                &client,
+                &format!("{url}/openapi/v3"),
+                "application/json",
+                (OPENAPI_USER, &[]),
+                self.inner.config.probe_timeout,
+            )
+            .await;
+            let Ok((StatusCode::OK, _, body)) = fetched else {
+                continue;
+            };
+            let key = format!("apis/{group}/{version}");
+            let entry = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|index| index["paths"].get(&key).cloned());
+            if let Some(entry) = entry {
+                paths.insert(key, entry);
+            }
+        }
+        json!({ "paths": paths })
+    }
+
+    /// `/openapi/v3/apis/<group>/<version>`: proxied to the APIService's backend as
+    /// `system:aggregator`, or `None` when no APIService serves that group version.
+    pub async fn openapi_v3(
+        &self,
+        req: Request<UpstreamBody>,
+    ) -> Option<http::Response<crate::controlplane::Body>> {
+        let path = req.uri().path().trim_end_matches('/').to_owned();
+        let ["openapi", "v3", "apis", group, version] =
+            path.trim_start_matches('/').split('/').collect::<Vec<_>>()[..]
+        else {
+            return None;
+        };
+        let user = User::new(OPENAPI_USER, &[]);
+        let timeout = proxy::Timeout::Request(self.inner.config.request_timeout);
+        self.forward(group, version, req, &user, timeout).await
+    }
+
+    /// Where a request for `group`/`version` goes: the backend's URL and client, `Err` with
+    /// kube-aggregator's 503 when the APIService is unavailable or no endpoint is ready, and
+    /// `None` when no APIService serves that group version.
+    fn backend(
+        &self,
+        group: &str,
+        version: &str,
+    ) -> Option<Result<(String, HttpClient), http::Response<crate::controlplane::Body>>> {
         let (url, client, available) = {
             let entries = self.inner.entries.read();
             let e = entries
@@ -475,16 +553,27 @@ impl Aggregator {
         };
         // Unavailable, or no ready endpoint to resolve to (kube-aggregator's
         // `ResolveEndpoint` error): the same 503.
-        let Some(url) = url.filter(|_| available) else {
-            return Some(proxy::text(
+        Some(match url.filter(|_| available) {
+            Some(url) => Ok((url, client)),
+            None => Err(proxy::text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "service unavailable",
-            ));
-        };
-        let timeout = if discovery_path {
-            proxy::Timeout::Discovery(self.inner.config.probe_timeout)
-        } else {
-            proxy::Timeout::Request(self.inner.config.request_timeout)
+            )),
+        })
+    }
+
+    /// Sends `req` to the backend of `group`/`version` as `user` and records the answer.
+    async fn forward(
+        &self,
+        group: &str,
+        version: &str,
+        req: Request<UpstreamBody>,
+        user: &User,
+        timeout: proxy::Timeout,
+    ) -> Option<http::Response<crate::controlplane::Body>> {
+        let (url, client) = match self.backend(group, version)? {
+            Ok(backend) => backend,
+            Err(unavailable) => return Some(unavailable),
         };
         let path = req.uri().path().to_owned();
         let response = proxy::forward(&client, &url, req, user, timeout).await;

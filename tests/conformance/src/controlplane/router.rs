@@ -1,5 +1,6 @@
 //! Routes one request: authentication, health and version, discovery, reviews, APIServices,
-//! the core API, and everything else of a registered group version to the aggregator.
+//! the core API, the APIServices' OpenAPI v3 documents (`kubectl explain`), and everything
+//! else of a registered group version to the aggregator.
 
 use std::sync::Arc;
 
@@ -136,6 +137,21 @@ async fn route(shared: &Shared, req: Request<Incoming>, peer: Peer) -> Response<
                 Some(g) => json_response(StatusCode::OK, &discovery::api_group(g)),
                 None => not_found(),
             };
+        }
+        _ => {}
+    }
+    match segments.as_slice() {
+        ["openapi", "v3"] if get => {
+            return json_response(StatusCode::OK, &shared.aggregator.openapi_v3_index().await);
+        }
+        ["openapi", "v3", "apis", _, _] if get => {
+            let (parts, body) = req.into_parts();
+            let req = Request::from_parts(parts, upstream_body(body));
+            return shared
+                .aggregator
+                .openapi_v3(req)
+                .await
+                .unwrap_or_else(not_found);
         }
         _ => {}
     }

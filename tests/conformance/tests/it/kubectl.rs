@@ -603,6 +603,40 @@ async fn kubectl_top_get_raw_and_tables() {
             assert_eq!(pod["metadata"]["namespace"], E2E_NAMESPACE);
             assert_eq!(pod["metadata"]["labels"]["app"], CPU_CONSUMER);
             assert_eq!(pod["containers"][0]["name"], "cpu-consumer");
+
+            // kubectl explain: the control plane serves the server's OpenAPI v3 document
+            // as kube-aggregator does; a usage is a map of Quantity, as from metrics-server.
+            let out = kubectl(
+                &c,
+                k,
+                &[
+                    "explain",
+                    "podmetrics.containers",
+                    &format!("--api-version={gv}"),
+                ],
+            )
+            .await
+            .unwrap();
+            assert!(out.contains("KIND:       PodMetrics"), "{k} {v}:\n{out}");
+            assert!(
+                out.contains(&format!("VERSION:    {v}\n")),
+                "{k} {v}:\n{out}"
+            );
+            assert!(
+                out.contains("usage\t<map[string]Quantity> -required-"),
+                "{k} {v}:\n{out}"
+            );
+            let out = kubectl(
+                &c,
+                k,
+                &["explain", "nodemetrics", &format!("--api-version={gv}")],
+            )
+            .await
+            .unwrap();
+            assert!(
+                out.contains("NodeMetrics sets resource usage metrics of a node."),
+                "{k} {v}:\n{out}"
+            );
         }
     }
     c.stop().await.unwrap();
