@@ -337,6 +337,7 @@ pub async fn run_with(
         authentication.push(Arc::new(access::Authentication::new(
             d.authenticator.clone(),
         )));
+        authentication.push(Arc::new(access::Impersonation::new(d.authorizer.clone())));
         authorization.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
     }
     // `setup.filters` see the user, and run before admission.

@@ -15,6 +15,7 @@
 //!   in k8s.io/apiserver (a flag's CA file, reloaded when it changes, or else the ConfigMap's,
 //!   never a union of both), and are reloaded by [`Authenticator::ca_file_reloaders`].
 //! - [`attributes`]: the authorization attributes of a request (`RequestInfoFactory`).
+//! - [`impersonation`]: `Impersonate-*` headers (`WithImpersonation`).
 //! - `sar`: the authorizer (groups, paths, SubjectAccessReview) and the 403 wording.
 //! - `review`: what every review call goes through: the bounded LRU cache of answers, one
 //!   call in flight per question, the review budget (429 past it), one retry of a transient
@@ -22,6 +23,7 @@
 
 pub mod attributes;
 pub mod configmap;
+pub mod impersonation;
 pub mod requestheader;
 mod review;
 mod sar;

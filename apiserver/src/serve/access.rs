@@ -1,7 +1,9 @@
 //! The delegated authentication and authorization steps of the filter chain, in
 //! k8s.io/apiserver's `DefaultBuildHandlerChain` order: [`Authentication`] first (401 on a
-//! rejected credential), then whatever load shedding sits between, then [`Authorization`]
-//! (403 with the upstream wording on a deny), so a shed request costs no SubjectAccessReview.
+//! rejected credential), [`Impersonation`] (403 unless the user may act as whom its
+//! `Impersonate-*` headers name), then whatever load shedding sits between, then
+//! [`Authorization`] (403 with the upstream wording on a deny), so a shed request costs no
+//! SubjectAccessReview.
 //! A review over the review budget is a 429 with `Retry-After` (never for a request that is
 //! never shed: kube-aggregator's own, and discovery, OpenAPI and health); a review that fails
 //! is a 500, as k8s.io/apiserver answers an authorizer's error.
@@ -14,7 +16,9 @@ use futures::future::BoxFuture;
 use http::request::Parts;
 
 use super::router::{Filter, PeerCertificates, RemoteAddr, Verdict};
-use crate::auth::{self, Authenticator, AuthnError, Authorizer, Budget, Decision, UserInfo, Via};
+use crate::auth::{
+    self, Authenticator, AuthnError, Authorizer, Budget, Decision, UserInfo, Via, impersonation,
+};
 use crate::shed::class::{Class, class_of, exempt_path};
 use crate::status::Status;
 
@@ -64,6 +68,91 @@ impl Filter for Authentication {
     }
 }
 
+/// Acts on `Impersonate-*` headers (`WithImpersonation`): each thing asked for is an
+/// `impersonate` check for the authenticated user; when all pass, the impersonated user
+/// replaces it in the extensions and the headers are removed. A denied check is a 403 (also
+/// when the review failed, as upstream), groups, extras or a UID without a user a 500.
+#[derive(Debug)]
+pub struct Impersonation {
+    authorizer: Arc<Authorizer>,
+}
+
+impl Impersonation {
+    /// The filter over this authorizer.
+    pub fn new(authorizer: Arc<Authorizer>) -> Self {
+        Impersonation { authorizer }
+    }
+}
+
+impl Filter for Impersonation {
+    fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            if !impersonation::requested(&parts.headers) {
+                return Verdict::Pass(None);
+            }
+            let requests = match impersonation::requests(&parts.headers) {
+                Ok(r) if r.is_empty() => return Verdict::Pass(None),
+                Ok(r) => r,
+                Err(error) => {
+                    return Verdict::Reject(
+                        Status::internal(format!("Internal error occurred: {error}"))
+                            .into_negotiated(&parts.headers),
+                    );
+                }
+            };
+            let requester = parts
+                .extensions
+                .get::<UserInfo>()
+                .cloned()
+                .unwrap_or_else(UserInfo::anonymous);
+            let budget = budget(parts, &requester);
+            for request in &requests {
+                let attrs = request.attributes();
+                match self
+                    .authorizer
+                    .authorize_from(&requester, &attrs, budget)
+                    .await
+                {
+                    Decision::Allow => {}
+                    Decision::Throttled(wait) => {
+                        return Verdict::Reject(
+                            too_many_requests(wait).into_negotiated(&parts.headers),
+                        );
+                    }
+                    Decision::Deny(reason) | Decision::Error(reason) => {
+                        tracing::debug!(user = %requester.name, ?request, %reason, "impersonation forbidden");
+                        return Verdict::Reject(
+                            auth::forbidden(&requester, &attrs, &reason)
+                                .into_negotiated(&parts.headers),
+                        );
+                    }
+                }
+            }
+            let user = impersonation::user(&requests);
+            tracing::debug!(user = %requester.name, impersonating = %user.name, "impersonating");
+            impersonation::strip(&mut parts.headers);
+            parts.extensions.insert(user);
+            Verdict::Pass(None)
+        })
+    }
+}
+
+/// Which review budget a request's reviews are held to: none for requests that are never
+/// shed; the global one for the front proxy's (they carry every user's); else the source
+/// address's.
+fn budget(parts: &Parts, user: &UserInfo) -> Budget {
+    if class_of(Some(user)) == Class::Exempt || exempt_path(parts.uri.path()) {
+        return Budget::Exempt;
+    }
+    match (
+        parts.extensions.get::<Via>(),
+        parts.extensions.get::<RemoteAddr>(),
+    ) {
+        (Some(Via::FrontProxy), _) | (_, None) => Budget::Global,
+        (_, Some(remote)) => Budget::Source(remote.0.ip()),
+    }
+}
+
 /// Authorizes every request (`WithAuthorization`) for the [`UserInfo`] that
 /// [`Authentication`] left in the extensions (anonymous when there is none): always-allowed
 /// groups and paths, else a cached SubjectAccessReview. The request's
@@ -98,19 +187,7 @@ impl Filter for Authorization {
                 return Verdict::Pass(None);
             }
             let attrs = auth::attributes(&parts.method, parts.uri.path(), parts.uri.query());
-            // Never-shed requests are never held to the budget either; the front proxy's
-            // carry every user's, so only the global budget holds them.
-            let budget = if class_of(Some(user)) == Class::Exempt || exempt_path(parts.uri.path()) {
-                Budget::Exempt
-            } else {
-                match (
-                    parts.extensions.get::<Via>(),
-                    parts.extensions.get::<RemoteAddr>(),
-                ) {
-                    (Some(Via::FrontProxy), _) | (_, None) => Budget::Global,
-                    (_, Some(remote)) => Budget::Source(remote.0.ip()),
-                }
-            };
+            let budget = budget(parts, user);
             let verdict = match self.authorizer.authorize_from(user, &attrs, budget).await {
                 Decision::Allow => Verdict::Pass(None),
                 Decision::Throttled(wait) => {

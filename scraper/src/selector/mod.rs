@@ -459,7 +459,9 @@ fn is_qualified_name_part(s: &str) -> bool {
     }
 }
 
-fn is_dns1123_subdomain(s: &str) -> bool {
+/// The characters of an RFC 1123 subdomain (lower-case alphanumeric labels, `-` inside,
+/// joined by `.`), without its length limit.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.split('.').all(|label| {
             let b = label.as_bytes();

@@ -1016,3 +1016,86 @@ fn kubectl(home: &Path, kubeconfig: &Path, path: &str) -> (bool, String, String)
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_is_authorized_for_the_requester_and_served_as_the_impersonated_user() {
+    let shutdown = CancellationToken::new();
+    let cp = control_plane(&shutdown).await;
+    cp.add_token("alice-token", User::new("alice", &["support"]));
+    cp.reviews().set_policy(allow_if(|a| {
+        let impersonates = |resource: &str, name: &str| {
+            a.user == "alice" && a.verb == "impersonate" && a.resource == resource && a.name == name
+        };
+        impersonates("users", "jane")
+            || impersonates("groups", "viewers")
+            || (a.user == "jane" && a.path.as_deref() == Some("/metrics"))
+    }));
+    let server = start_server(&cp, |_| {}, Vec::new()).await;
+    let alice = ("authorization", "Bearer alice-token");
+
+    // Alice may not read /metrics herself, but may act as jane, who may.
+    let (status, _) = must_get(server.addr, None, "/metrics", &[alice]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body) = must_get(
+        server.addr,
+        None,
+        "/metrics",
+        &[
+            alice,
+            ("impersonate-user", "jane"),
+            ("impersonate-group", "viewers"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let reviews: Vec<Access> = reviews_by_server(&cp).into_iter().map(|(a, _)| a).collect();
+    let asked: Vec<(&str, &str, &str, &str)> = reviews
+        .iter()
+        .map(|a| {
+            (
+                a.user.as_str(),
+                a.verb.as_str(),
+                a.resource.as_str(),
+                a.name.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked[1..],
+        [
+            ("alice", "impersonate", "users", "jane"),
+            ("alice", "impersonate", "groups", "viewers"),
+            ("jane", "get", "", ""),
+        ]
+    );
+    // The request went on as jane, in the groups asked for and system:authenticated.
+    assert_eq!(reviews[3].groups, ["viewers", "system:authenticated"]);
+    assert_eq!(reviews[3].path.as_deref(), Some("/metrics"));
+
+    // Acting as someone alice may not be: 403 worded as k8s.io/apiserver words it.
+    let (status, body) = must_get(
+        server.addr,
+        None,
+        "/metrics",
+        &[alice, ("impersonate-user", "system:admin")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let status_object: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        status_object["message"],
+        "users \"system:admin\" is forbidden: User \"alice\" cannot impersonate resource \
+         \"users\" in API group \"\" at the cluster scope: no RBAC policy matched"
+    );
+    // A group without a user to go with it: 500, as upstream.
+    let (status, body) = must_get(
+        server.addr,
+        None,
+        "/metrics",
+        &[alice, ("impersonate-group", "system:masters")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    server.stop().await;
+    shutdown.cancel();
+}
