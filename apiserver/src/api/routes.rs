@@ -79,6 +79,19 @@ pub enum Route<'a> {
     NotFound,
 }
 
+/// The paths the API serves, for the `/` index (each resource path is under its version's).
+pub const PATHS: &[&str] = &[
+    "/apis",
+    "/apis/",
+    "/apis/metrics.k8s.io",
+    "/apis/metrics.k8s.io/v1",
+    "/apis/metrics.k8s.io/v1beta1",
+    "/openapi/v2",
+    "/openapi/v3",
+    "/openapi/v3/",
+    "/version",
+];
+
 /// The route of `path`, or `None` when the path is not the API's.
 pub fn route(path: &str) -> Option<Route<'_>> {
     let trimmed = path.trim_end_matches('/');

@@ -187,6 +187,19 @@ impl Health {
         self.shutting_down.store(true, Ordering::Relaxed);
     }
 
+    /// Every path [`Health::handle`] answers: each endpoint and each of its checks.
+    pub fn paths() -> impl Iterator<Item = String> {
+        [Endpoint::Livez, Endpoint::Readyz, Endpoint::Healthz]
+            .into_iter()
+            .flat_map(|e| {
+                std::iter::once(format!("/{}", e.name())).chain(
+                    e.checks()
+                        .iter()
+                        .map(move |c| format!("/{}/{}", e.name(), c.name())),
+                )
+            })
+    }
+
     /// Answers `/livez`, `/readyz`, `/healthz` and their `/<check>` sub-paths; `None` for any
     /// other path. `query` is the raw query string (`verbose`, `exclude=<name>`).
     pub fn handle(&self, path: &str, query: Option<&str>, now_ns: i64) -> Option<Response<Body>> {

@@ -188,6 +188,9 @@ impl Router {
         if let Some(response) = self.health.handle(path, parts.uri.query(), now_ns) {
             return response;
         }
+        if path == "/" || path == "/index.html" {
+            return index();
+        }
         if path == "/metrics" {
             return selfmetrics::response(
                 &self.registry,
@@ -200,6 +203,26 @@ impl Router {
         }
         Status::no_route().into_negotiated(&parts.headers)
     }
+}
+
+/// The generic apiserver's `routes.Index` at `/` and `/index.html`: every path served, sorted,
+/// as indented JSON (`metav1.RootPaths` through `WriteRawJSON`).
+fn index() -> Response<Body> {
+    static BODY: std::sync::LazyLock<Bytes> = std::sync::LazyLock::new(|| {
+        let mut paths: Vec<String> = Health::paths()
+            .chain(["/metrics".to_owned()])
+            .chain(crate::api::routes::PATHS.iter().map(|p| (*p).to_owned()))
+            .collect();
+        paths.sort();
+        let root = serde_json::json!({ "paths": paths });
+        Bytes::from(serde_json::to_vec_pretty(&root).unwrap_or_default())
+    });
+    let mut response = Response::new(crate::body::full(BODY.clone()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// A HEAD answer: GET's headers (a Content-Length when the body's size is known), no body.
@@ -295,6 +318,40 @@ mod tests {
         let status = response.status().as_u16();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_index_lists_every_path_served_and_each_is_served() {
+        let r = router();
+        let (status, body) = get(&r, "/").await;
+        assert_eq!(status, 200);
+        assert!(
+            body.starts_with("{\n  \"paths\": [\n    \"/apis\",\n"),
+            "{body}"
+        );
+        assert_eq!(get(&r, "/index.html").await, (200, body.clone()));
+        let index: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let paths: Vec<&str> = index["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
+        let mut sorted = paths.clone();
+        sorted.sort_unstable();
+        assert_eq!(paths, sorted);
+        for must in [
+            "/apis/metrics.k8s.io/v1",
+            "/metrics",
+            "/readyz/shutdown",
+            "/livez/ping",
+        ] {
+            assert!(paths.contains(&must), "{must}: {paths:?}");
+        }
+        for path in paths {
+            assert_ne!(get(&r, path).await.0, 404, "{path}");
+        }
+        assert_eq!(get(&r, "/index.htm").await.0, 404);
     }
 
     #[tokio::test]
