@@ -131,6 +131,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
          \n    kubectl top pod -n default --containers\
          \n    kubectl get --raw /apis/metrics.k8s.io/v1/nodes | head -c 600\
          \n    kubectl get podmetrics -n default\
+         \n    kubectl explain podmetrics.containers\
          \n\nNumbers move every {}s. Ctrl-C stops everything.",
         cluster.node_names().len(),
         kubeconfig.display(),
