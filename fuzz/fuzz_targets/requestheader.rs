@@ -1,5 +1,6 @@
 //! Front-proxy headers: `apiserver::auth::requestheader::{HeaderNames, read_user, clear}`
-//! (`X-Remote-User`, `X-Remote-Group`, `X-Remote-Extra-*` and the configured alternatives).
+//! (`X-Remote-User`, `X-Remote-Group`, `X-Remote-Extra-*` and the configured alternatives),
+//! and `Impersonate-*` headers: `apiserver::auth::impersonation`.
 //!
 //! Input, as lines: `@user A,B`, `@uid A`, `@group A`, `@extra P1,P2` configure the header
 //! names (kube-apiserver's standard names when none is given); every other line is a header,
@@ -10,9 +11,15 @@
 //! group value in order; every extra key comes from a header under a configured prefix
 //! (verbatim when it has no `%` escape) and carries all of that header's values; after
 //! `clear` no identity header is left, no user can be read, and every other header is kept.
+//! Impersonation: requests exist only with a non-empty `Impersonate-User` (else an error when
+//! other impersonation headers are there), the user comes first, one request per group and
+//! extra value; the impersonated user is the named one, in `system:authenticated` or
+//! `system:unauthenticated`; after `strip` nothing is requested and every other header is
+//! kept.
 
 #![no_main]
 
+use apiserver::auth::impersonation::{self, Request};
 use apiserver::auth::requestheader::{HeaderNames, clear, read_user};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
@@ -151,4 +158,79 @@ fuzz_target!(|data: &[u8]| {
         "an identity header after clear"
     );
     assert_eq!(cleared.len(), others, "clear removed other headers");
+
+    check_impersonation(&headers);
 });
+
+fn check_impersonation(headers: &HeaderMap) {
+    let asks = |h: &HeaderName| {
+        matches!(
+            h.as_str(),
+            "impersonate-user" | "impersonate-group" | "impersonate-uid"
+        ) || h.as_str().starts_with("impersonate-extra-")
+    };
+    let user = headers
+        .get("impersonate-user")
+        .map(lossy)
+        .filter(|u| !u.is_empty());
+    match impersonation::requests(headers) {
+        Err(_) => assert!(user.is_none(), "an error with a user"),
+        Ok(requests) if requests.is_empty() => {
+            assert!(user.is_none());
+            assert!(
+                !headers
+                    .keys()
+                    .any(|h| h == "impersonate-group"
+                        || h.as_str().starts_with("impersonate-extra-")),
+                "groups or extras without requests"
+            );
+            assert!(headers.get("impersonate-uid").is_none_or(|v| v.is_empty()));
+        }
+        Ok(requests) => {
+            let user = user.expect("requests without a user");
+            let named = match &requests[0] {
+                Request::User(name) => name.clone(),
+                Request::ServiceAccount { namespace, name } => {
+                    format!("system:serviceaccount:{namespace}:{name}")
+                }
+                other => panic!("{other:?} first"),
+            };
+            assert_eq!(named, user);
+            let groups = requests
+                .iter()
+                .filter(|r| matches!(r, Request::Group(_)))
+                .count();
+            assert_eq!(groups, headers.get_all("impersonate-group").iter().count());
+            let extras = requests
+                .iter()
+                .filter(|r| matches!(r, Request::Extra { .. }))
+                .count();
+            let extra_values: usize = headers
+                .keys()
+                .filter(|h| h.as_str().starts_with("impersonate-extra-"))
+                .map(|h| headers.get_all(h).iter().count())
+                .sum();
+            assert_eq!(extras, extra_values);
+            for r in &requests {
+                let _ = r.attributes();
+            }
+            let impersonated = impersonation::user(&requests);
+            assert_eq!(impersonated.name, user);
+            assert!(
+                impersonated
+                    .groups
+                    .iter()
+                    .any(|g| g == "system:authenticated" || g == "system:unauthenticated"),
+                "{impersonated:?}"
+            );
+        }
+    }
+    let others = headers.iter().filter(|(h, _)| !asks(h)).count();
+    let mut stripped = headers.clone();
+    impersonation::strip(&mut stripped);
+    assert!(
+        !stripped.keys().any(asks),
+        "an impersonation header after strip"
+    );
+    assert_eq!(stripped.len(), others, "strip removed other headers");
+}

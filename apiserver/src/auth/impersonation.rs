@@ -47,7 +47,8 @@ pub enum Request {
     Uid(String),
 }
 
-/// Whether a request asks to impersonate at all (cheap: no allocation when it does not).
+/// Whether a request may ask to impersonate (a cheap look at the header names, no
+/// allocation; [`requests`] reads what it asks).
 pub fn requested(headers: &HeaderMap) -> bool {
     headers
         .keys()
@@ -201,11 +202,14 @@ pub fn user(requests: &[Request]) -> UserInfo {
     user
 }
 
-/// Removes every `Impersonate-*` header, once the request goes on as the impersonated user.
+/// Removes the impersonation headers (user, groups, UID, extras), once the request goes on
+/// as the impersonated user.
 pub fn strip(headers: &mut HeaderMap) {
     let names: Vec<http::HeaderName> = headers
         .keys()
-        .filter(|k| k.as_str().starts_with("impersonate-"))
+        .filter(|k| {
+            matches!(k.as_str(), USER | GROUP | UID) || k.as_str().starts_with(EXTRA_PREFIX)
+        })
         .cloned()
         .collect();
     for name in names {
