@@ -132,61 +132,73 @@ fn validate(raw: &Raw<'_>, watch: bool) -> Vec<Cause> {
         .filter(|m| !m.is_empty());
     let continues = raw.continue_token.as_deref().is_some_and(|c| !c.is_empty());
     let sends_initial_events = raw.send_initial_events.is_some();
+    let forbidden =
+        |field: &'static str, detail: &'static str| move || Cause::forbidden(field, detail);
+    // Each rule in upstream's order: whether the options break it, and its cause (built
+    // only then: the options of almost every list break none).
     let mut causes = Vec::new();
+    let mut rule = |broken: bool, cause: &dyn Fn() -> Cause| {
+        if broken {
+            causes.push(cause());
+        }
+    };
+    let rvm_is = |m: &str| rvm == Some(m);
+    let other = rvm.unwrap_or_default();
     if watch {
-        if sends_initial_events && rvm != Some(NOT_OLDER_THAN) {
-            causes.push(Cause::forbidden(
+        rule(
+            sends_initial_events && !rvm_is(NOT_OLDER_THAN),
+            &forbidden(
                 RVM,
                 "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-            ));
-        }
-        if let Some(m) = rvm {
-            if !sends_initial_events {
-                causes.push(Cause::forbidden(
-                    RVM,
-                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-                ));
-            }
-            if m != NOT_OLDER_THAN {
-                causes.push(Cause::not_supported(RVM, m, &[NOT_OLDER_THAN]));
-            }
-            if continues {
-                causes.push(Cause::forbidden(
-                    RVM,
-                    "resourceVersionMatch is forbidden when continue is provided",
-                ));
-            }
-        }
-        return causes;
-    }
-    if let Some(m) = rvm {
-        if rv.is_empty() {
-            causes.push(Cause::forbidden(
+            ),
+        );
+        rule(
+            rvm.is_some() && !sends_initial_events,
+            &forbidden(
                 RVM,
-                "resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
-        }
-        if continues {
-            causes.push(Cause::forbidden(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ),
+        );
+        rule(rvm.is_some() && !rvm_is(NOT_OLDER_THAN), &|| {
+            Cause::not_supported(RVM, other, &[NOT_OLDER_THAN])
+        });
+        rule(
+            rvm.is_some() && continues,
+            &forbidden(
                 RVM,
                 "resourceVersionMatch is forbidden when continue is provided",
-            ));
-        }
-        if m != EXACT && m != NOT_OLDER_THAN {
-            causes.push(Cause::not_supported(RVM, m, &[EXACT, NOT_OLDER_THAN, ""]));
-        }
-        if m == EXACT && rv == "0" {
-            causes.push(Cause::forbidden(
+            ),
+        );
+    } else {
+        rule(
+            rvm.is_some() && rv.is_empty(),
+            &forbidden(
+                RVM,
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ),
+        );
+        rule(
+            rvm.is_some() && continues,
+            &forbidden(
+                RVM,
+                "resourceVersionMatch is forbidden when continue is provided",
+            ),
+        );
+        rule(
+            rvm.is_some() && !rvm_is(EXACT) && !rvm_is(NOT_OLDER_THAN),
+            &|| Cause::not_supported(RVM, other, &[EXACT, NOT_OLDER_THAN, ""]),
+        );
+        rule(
+            rvm_is(EXACT) && rv == "0",
+            &forbidden(
                 RVM,
                 "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-            ));
-        }
-    }
-    if sends_initial_events {
-        causes.push(Cause::forbidden(
-            SIE,
-            "sendInitialEvents is forbidden for list",
-        ));
+            ),
+        );
+        rule(
+            sends_initial_events,
+            &forbidden(SIE, "sendInitialEvents is forbidden for list"),
+        );
     }
     causes
 }
