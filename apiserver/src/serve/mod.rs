@@ -15,6 +15,7 @@
 //!   `--cert-dir`).
 //! - [`conn`]: one connection: bounded handshake, hyper's HTTP/1.1 and h2 with pinned limits.
 //! - [`gzip`]: gzip responses larger than 128 KiB when `Accept-Encoding` allows it.
+//! - [`pretty`]: indented JSON for `?pretty=true`, curl, Wget and browsers.
 //! - [`router`]: the filter chain (the hook for authentication, authorization and load
 //!   shedding) and the routes.
 
@@ -24,6 +25,7 @@ pub mod cert;
 pub mod conn;
 pub mod gzip;
 pub mod httplog;
+pub mod pretty;
 pub mod router;
 #[cfg(test)]
 mod testing;

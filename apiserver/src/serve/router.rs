@@ -18,7 +18,7 @@ use rustls_pki_types::CertificateDer;
 use scraper::metrics::NodeSeries;
 use tokio::time::Instant;
 
-use super::{gzip, httplog};
+use super::{gzip, httplog, pretty};
 use crate::api::Api;
 use crate::body::Body;
 use crate::health::Health;
@@ -146,9 +146,12 @@ impl Router {
                 }
             }
         }
-        let response = rejected.unwrap_or_else(|| self.route(&parts));
+        let mut response = rejected.unwrap_or_else(|| self.route(&parts));
         self.requests
             .observe(kind, response.status().as_u16(), started.elapsed());
+        if pretty::wanted(&parts) {
+            response = pretty::indent(parts.uri.path(), response);
+        }
         let mut response = gzip::encode(accepts, response).await;
         if parts.method == Method::HEAD {
             response = without_body(response);
@@ -318,6 +321,50 @@ mod tests {
         let status = response.status().as_u16();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn curl_gets_indented_json_and_kubectl_compact() {
+        let r = router();
+        let fetch = |uri: &'static str, agent: &'static str| {
+            let r = &r;
+            async move {
+                let request = Request::get(uri)
+                    .header(header::USER_AGENT, agent)
+                    .body(())
+                    .unwrap();
+                let response = r.handle(request).await;
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                String::from_utf8(body.to_vec()).unwrap()
+            }
+        };
+        // An error Status, as curl shows it from any Kubernetes API server.
+        let curl = fetch("/apis/metrics.k8s.io/v1/nodes/nope", "curl/8.5.0").await;
+        assert!(
+            curl.starts_with(
+                "{\n  \"kind\": \"Status\",\n  \"apiVersion\": \"v1\",\n  \"metadata\": {},\n"
+            ),
+            "{curl}"
+        );
+        assert!(curl.ends_with("\n  \"code\": 404\n}"), "{curl}");
+        // The same document either way.
+        for uri in [
+            "/apis/metrics.k8s.io/v1/nodes",
+            "/apis/metrics.k8s.io/v1/pods",
+            "/apis",
+        ] {
+            let compact = fetch(uri, "kubectl/v1.32.4").await;
+            let pretty = fetch(uri, "curl/8.5.0").await;
+            assert!(!compact.contains("\n  "), "{uri}: {compact}");
+            assert!(pretty.contains("\n  \"kind\": "), "{uri}: {pretty}");
+            let a: serde_json::Value = serde_json::from_str(&compact).unwrap();
+            let b: serde_json::Value = serde_json::from_str(&pretty).unwrap();
+            assert_eq!(a, b, "{uri}");
+        }
+        // OpenAPI documents and plain text are served as they are.
+        let v2 = fetch("/openapi/v2", "curl/8.5.0").await;
+        assert_eq!(v2, fetch("/openapi/v2", "kubectl/v1.32.4").await);
+        assert_eq!(fetch("/livez", "curl/8.5.0").await, "ok");
     }
 
     #[tokio::test]
