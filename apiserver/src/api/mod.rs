@@ -380,7 +380,7 @@ fn not_acceptable_resource() -> Response<Body> {
     Status::not_acceptable(accept::NOT_ACCEPTABLE_RESOURCE).into_response()
 }
 
-/// A list request's selectors.
+/// A list request's selectors, once its options passed every check ([`options`]).
 #[derive(Debug)]
 struct ListQuery {
     labels: LabelSelector,
@@ -577,11 +577,7 @@ impl<S: Source> Handler<S> {
             Resource::Nodes | Resource::Node(_) => "nodes",
             _ => "pods",
         };
-        let o = options::list_options(query, resource)?;
-        Ok(ListQuery {
-            labels: o.labels,
-            fields: o.fields,
-        })
+        options::list_options(query, resource)
     }
 
     /// Nodes matching `--node-selector`, the label and the field selector, with usage, sorted

@@ -16,15 +16,8 @@ use std::borrow::Cow;
 use scraper::go::quote;
 use scraper::selector::{FieldSelector, LabelSelector};
 
-use super::query;
+use super::{ListQuery, query};
 use crate::status::{Cause, Status};
-
-/// What a list needs of its options once they passed every check.
-#[derive(Debug)]
-pub(super) struct ListOptions {
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
-}
 
 /// The raw values, first occurrence of each key (`url.Values` and the generated conversions
 /// read `values[0]`).
@@ -68,7 +61,7 @@ impl<'a> Raw<'a> {
 
 /// Decodes and checks a list request's query; `resource` (`nodes` / `pods`) names the
 /// resource in a watch's 405.
-pub(super) fn list_options(q: Option<&str>, resource: &str) -> Result<ListOptions, Box<Status>> {
+pub(super) fn list_options(q: Option<&str>, resource: &str) -> Result<ListQuery, Box<Status>> {
     let raw = Raw::read(q);
     let bad = |message: String| Box::new(Status::bad_request(message));
     // 1. Decoding, in `metav1.ListOptions`' field order: the integers (url.Values to v1),
@@ -78,8 +71,8 @@ pub(super) fn list_options(q: Option<&str>, resource: &str) -> Result<ListOption
     }
     let labels = LabelSelector::parse(raw.label_selector.as_deref().unwrap_or_default())
         .map_err(|e| bad(e.0))?;
-    let field_selector = raw.field_selector.as_deref().unwrap_or_default();
-    FieldSelector::check_syntax(field_selector).map_err(|e| bad(e.0))?;
+    let fields = FieldSelector::parse_syntax(raw.field_selector.as_deref().unwrap_or_default())
+        .map_err(|e| bad(e.0))?;
     let watch = raw.watch.as_deref().is_some_and(query::truthy);
     // 2. Validation.
     let causes = validate(&raw, watch);
@@ -91,7 +84,7 @@ pub(super) fn list_options(q: Option<&str>, resource: &str) -> Result<ListOption
         )));
     }
     // 3. Field label conversion.
-    let fields = FieldSelector::parse(field_selector).map_err(|e| bad(e.0))?;
+    let fields = fields.convert().map_err(|e| bad(e.0))?;
     // 4. No watch here.
     if watch {
         return Err(Box::new(Status::method_not_supported(
@@ -100,7 +93,7 @@ pub(super) fn list_options(q: Option<&str>, resource: &str) -> Result<ListOption
             "watch",
         )));
     }
-    Ok(ListOptions { labels, fields })
+    Ok(ListQuery { labels, fields })
 }
 
 /// Go's `strconv.ParseInt(s, 10, 64)`, with its error text.

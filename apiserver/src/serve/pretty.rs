@@ -142,20 +142,20 @@ impl HttpBody for Indented {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
         loop {
-            return match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        let mut out = Vec::with_capacity(data.len() + data.len() / 2);
-                        this.state.push(&data, &mut out);
-                        if out.is_empty() {
-                            continue;
-                        }
-                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
-                    }
-                    Err(frame) => Poll::Ready(Some(Ok(frame))),
-                },
-                other => other,
+            let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => frame,
+                other => return other,
             };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+            };
+            let mut out = Vec::with_capacity(data.len() + data.len() / 2);
+            this.state.push(&data, &mut out);
+            // A frame of whitespace only indents to nothing: read on rather than send it.
+            if !out.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+            }
         }
     }
 

@@ -30,35 +30,17 @@ pub struct FieldSelector {
 impl FieldSelector {
     /// Parses `fieldSelector` syntax (`a=b`, `a==b`, `a!=b`, comma-separated, `\` escapes)
     /// and rejects fields other than `metadata.name` and `metadata.namespace` with the
-    /// apiserver's field label conversion message.
+    /// apiserver's field label conversion message: [`FieldSelector::parse_syntax`], then
+    /// [`ParsedFields::convert`].
     pub fn parse(selector: &str) -> Result<Self, SelectorError> {
-        let raw = parse_terms(selector)?;
-        // The apiserver's `Transform(ConvertFieldLabel)` runs after parsing succeeded.
-        let mut terms = Vec::with_capacity(raw.len());
-        for (lhs, equal, value) in raw {
-            let field = match lhs {
-                "metadata.name" => Field::Name,
-                "metadata.namespace" => Field::Namespace,
-                other => {
-                    return Err(SelectorError(format!(
-                        "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
-                        quote(other)
-                    )));
-                }
-            };
-            terms.push(FieldTerm {
-                field,
-                value,
-                equal,
-            });
-        }
-        Ok(FieldSelector { terms })
+        Self::parse_syntax(selector)?.convert()
     }
 
-    /// `fields.ParseSelector` alone: the syntax check the apiserver makes while it decodes a
-    /// list's query, before it validates the options and converts the field labels.
-    pub fn check_syntax(selector: &str) -> Result<(), SelectorError> {
-        parse_terms(selector).map(drop)
+    /// `fields.ParseSelector` alone: the syntax, on any field. The apiserver checks it while
+    /// it decodes a list's query, and converts the field labels only after it validated the
+    /// other options.
+    pub fn parse_syntax(selector: &str) -> Result<ParsedFields<'_>, SelectorError> {
+        parse_terms(selector).map(ParsedFields)
     }
 
     /// Whether an object with this name and namespace (`""` when cluster-scoped) matches.
@@ -84,6 +66,36 @@ impl FieldSelector {
             .iter()
             .find(|t| t.field == field && t.equal)
             .map(|t| t.value.as_str())
+    }
+}
+
+/// A field selector whose syntax parsed, before its field labels are converted.
+#[derive(Debug)]
+pub struct ParsedFields<'a>(Vec<(&'a str, bool, String)>);
+
+impl ParsedFields<'_> {
+    /// The apiserver's `Transform(ConvertFieldLabel)`: only `metadata.name` and
+    /// `metadata.namespace` are known.
+    pub fn convert(self) -> Result<FieldSelector, SelectorError> {
+        let mut terms = Vec::with_capacity(self.0.len());
+        for (lhs, equal, value) in self.0 {
+            let field = match lhs {
+                "metadata.name" => Field::Name,
+                "metadata.namespace" => Field::Namespace,
+                other => {
+                    return Err(SelectorError(format!(
+                        "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                        quote(other)
+                    )));
+                }
+            };
+            terms.push(FieldTerm {
+                field,
+                value,
+                equal,
+            });
+        }
+        Ok(FieldSelector { terms })
     }
 }
 

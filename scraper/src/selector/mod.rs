@@ -688,7 +688,7 @@ impl Requirement {
 }
 
 mod field;
-pub use field::{Field, FieldSelector, field_requirements};
+pub use field::{Field, FieldSelector, ParsedFields, field_requirements};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -515,18 +515,14 @@ impl Aggregator {
         json!({ "paths": paths })
     }
 
-    /// `/openapi/v3/apis/<group>/<version>`: proxied to the APIService's backend as
+    /// `/openapi/v3/apis/<group>/<version>` (`req`): proxied to the APIService's backend as
     /// `system:aggregator`, or `None` when no APIService serves that group version.
     pub async fn openapi_v3(
         &self,
+        group: &str,
+        version: &str,
         req: Request<UpstreamBody>,
     ) -> Option<http::Response<crate::controlplane::Body>> {
-        let path = req.uri().path().trim_end_matches('/').to_owned();
-        let ["openapi", "v3", "apis", group, version] =
-            path.trim_start_matches('/').split('/').collect::<Vec<_>>()[..]
-        else {
-            return None;
-        };
         let user = User::new(OPENAPI_USER, &[]);
         let timeout = proxy::Timeout::Request(self.inner.config.request_timeout);
         self.forward(group, version, req, &user, timeout).await

@@ -138,18 +138,16 @@ async fn route(shared: &Shared, req: Request<Incoming>, peer: Peer) -> Response<
                 None => not_found(),
             };
         }
-        _ => {}
-    }
-    match segments.as_slice() {
         ["openapi", "v3"] if get => {
             return json_response(StatusCode::OK, &shared.aggregator.openapi_v3_index().await);
         }
-        ["openapi", "v3", "apis", _, _] if get => {
+        ["openapi", "v3", "apis", group, version] if get => {
+            let (group, version) = ((*group).to_owned(), (*version).to_owned());
             let (parts, body) = req.into_parts();
             let req = Request::from_parts(parts, upstream_body(body));
             return shared
                 .aggregator
-                .openapi_v3(req)
+                .openapi_v3(&group, &version, req)
                 .await
                 .unwrap_or_else(not_found);
         }
