@@ -1,7 +1,12 @@
 //! `/livez`, `/readyz` and `/healthz` with metrics-server's check names and order and the
 //! generic apiserver's bodies (metrics-server.md §5.3, §6.3 items 8-9).
 //!
-//! Time is a parameter (`now_ns`), so every rule is tested without sleeping.
+//! Time is a parameter (`now_ns`), so every rule is tested without sleeping. Each check a
+//! root endpoint runs is also recorded for `/metrics/slis` ([`slis`]).
+
+mod slis;
+
+pub use slis::SliCollector;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -88,6 +93,19 @@ enum Check {
 }
 
 impl Check {
+    /// Every check, in declaration order (the SLI table's index).
+    const ALL: [Check; 9] = [
+        Check::Ping,
+        Check::Log,
+        Check::MaxInFlightFilter,
+        Check::StorageObjectCountTracker,
+        Check::MetricCollectionTimely,
+        Check::MetricStorageReady,
+        Check::MetricInformerSync,
+        Check::MetadataInformerSync,
+        Check::Shutdown,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Check::Ping => "ping",
@@ -112,6 +130,9 @@ enum Endpoint {
 }
 
 impl Endpoint {
+    /// Every endpoint, in declaration order (the SLI table's index).
+    const ALL: [Endpoint; 3] = [Endpoint::Livez, Endpoint::Readyz, Endpoint::Healthz];
+
     fn name(self) -> &'static str {
         match self {
             Endpoint::Livez => "livez",
@@ -159,6 +180,7 @@ pub struct Health {
     shutting_down: AtomicBool,
     storage_was_ready: AtomicBool,
     startup_timeout_logged: AtomicBool,
+    slis: Arc<slis::Slis>,
 }
 
 impl std::fmt::Debug for Health {
@@ -179,7 +201,13 @@ impl Health {
             shutting_down: AtomicBool::new(false),
             storage_was_ready: AtomicBool::new(false),
             startup_timeout_logged: AtomicBool::new(false),
+            slis: Arc::default(),
         }
+    }
+
+    /// The collector of `/metrics/slis`, over the checks these endpoints run.
+    pub fn sli_collector(&self) -> SliCollector {
+        SliCollector(self.slis.clone())
     }
 
     /// Shutdown has begun: `/readyz`'s `shutdown` check fails from now on.
@@ -189,26 +217,22 @@ impl Health {
 
     /// Every path [`Health::handle`] answers: each endpoint and each of its checks.
     pub fn paths() -> impl Iterator<Item = String> {
-        [Endpoint::Livez, Endpoint::Readyz, Endpoint::Healthz]
-            .into_iter()
-            .flat_map(|e| {
-                std::iter::once(format!("/{}", e.name())).chain(
-                    e.checks()
-                        .iter()
-                        .map(move |c| format!("/{}/{}", e.name(), c.name())),
-                )
-            })
+        Endpoint::ALL.into_iter().flat_map(|e| {
+            std::iter::once(format!("/{}", e.name())).chain(
+                e.checks()
+                    .iter()
+                    .map(move |c| format!("/{}/{}", e.name(), c.name())),
+            )
+        })
     }
 
     /// Answers `/livez`, `/readyz`, `/healthz` and their `/<check>` sub-paths; `None` for any
     /// other path. `query` is the raw query string (`verbose`, `exclude=<name>`).
     pub fn handle(&self, path: &str, query: Option<&str>, now_ns: i64) -> Option<Response<Body>> {
-        let (endpoint, rest) = [Endpoint::Livez, Endpoint::Readyz, Endpoint::Healthz]
-            .into_iter()
-            .find_map(|e| {
-                let rest = path.strip_prefix('/')?.strip_prefix(e.name())?;
-                Some((e, rest))
-            })?;
+        let (endpoint, rest) = Endpoint::ALL.into_iter().find_map(|e| {
+            let rest = path.strip_prefix('/')?.strip_prefix(e.name())?;
+            Some((e, rest))
+        })?;
         if rest.is_empty() {
             return Some(self.root(endpoint, query, now_ns));
         }
@@ -244,7 +268,9 @@ impl Health {
                 body.push_str(&format!("[+]{name} excluded: ok\n"));
                 continue;
             }
-            match self.run(check, now_ns) {
+            let result = self.run(check, now_ns);
+            self.slis.observe(endpoint, check, result.is_ok());
+            match result {
                 Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
                 Err(reason) => {
                     body.push_str(&format!("[-]{name} failed: reason withheld\n"));

@@ -304,3 +304,93 @@ fn plain_text_headers() {
     );
     assert_eq!(r.headers()[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
 }
+
+fn slis_text(h: &Health) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(h.sli_collector()));
+    crate::selfmetrics::encode(&registry, crate::selfmetrics::Format::Prometheus).unwrap()
+}
+
+#[test]
+fn slis_record_what_the_root_endpoints_ran() {
+    let (h, fake) = health(None);
+    // Nothing probed yet: no family at all, as an empty Go vector gathers nothing.
+    assert_eq!(slis_text(&h), "");
+
+    // A failing readiness probe, then a passing one, with `shutdown` excluded from the
+    // second; a single check's sub-path records nothing.
+    *fake.synced.lock() = true;
+    assert_eq!(get(&h, "/readyz", None, START).0, 500);
+    healthy(&fake);
+    assert_eq!(
+        get(&h, "/readyz", Some("exclude=shutdown"), START + S).0,
+        200
+    );
+    assert_eq!(get(&h, "/livez/ping", None, START + S).0, 200);
+    assert_eq!(
+        get(&h, "/livez/metric-collection-timely", None, START + S).0,
+        200
+    );
+
+    assert_eq!(
+        slis_text(&h),
+        "# HELP kubernetes_healthcheck [STABLE] This metric records the result of a single healthcheck.\n\
+         # TYPE kubernetes_healthcheck gauge\n\
+         kubernetes_healthcheck{name=\"log\",type=\"readyz\"} 1\n\
+         kubernetes_healthcheck{name=\"metadata-informer-sync\",type=\"readyz\"} 1\n\
+         kubernetes_healthcheck{name=\"metric-informer-sync\",type=\"readyz\"} 1\n\
+         kubernetes_healthcheck{name=\"metric-storage-ready\",type=\"readyz\"} 1\n\
+         kubernetes_healthcheck{name=\"ping\",type=\"readyz\"} 1\n\
+         kubernetes_healthcheck{name=\"poststarthook/max-in-flight-filter\",type=\"readyz\"} 1\n\
+         kubernetes_healthcheck{name=\"poststarthook/storage-object-count-tracker-hook\",type=\"readyz\"} 1\n\
+         kubernetes_healthcheck{name=\"shutdown\",type=\"readyz\"} 1\n\
+         # HELP kubernetes_healthchecks_total [STABLE] This metric records the results of all healthcheck.\n\
+         # TYPE kubernetes_healthchecks_total counter\n\
+         kubernetes_healthchecks_total{name=\"log\",status=\"success\",type=\"readyz\"} 2\n\
+         kubernetes_healthchecks_total{name=\"metadata-informer-sync\",status=\"success\",type=\"readyz\"} 2\n\
+         kubernetes_healthchecks_total{name=\"metric-informer-sync\",status=\"success\",type=\"readyz\"} 2\n\
+         kubernetes_healthchecks_total{name=\"metric-storage-ready\",status=\"error\",type=\"readyz\"} 1\n\
+         kubernetes_healthchecks_total{name=\"metric-storage-ready\",status=\"success\",type=\"readyz\"} 1\n\
+         kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"readyz\"} 2\n\
+         kubernetes_healthchecks_total{name=\"poststarthook/max-in-flight-filter\",status=\"success\",type=\"readyz\"} 2\n\
+         kubernetes_healthchecks_total{name=\"poststarthook/storage-object-count-tracker-hook\",status=\"success\",type=\"readyz\"} 2\n\
+         kubernetes_healthchecks_total{name=\"shutdown\",status=\"success\",type=\"readyz\"} 1\n"
+    );
+}
+
+#[test]
+fn slis_sort_by_check_then_status_then_endpoint() {
+    let (h, fake) = health(None);
+    healthy(&fake);
+    assert_eq!(get(&h, "/livez", None, START).0, 200);
+    h.begin_shutdown();
+    assert_eq!(get(&h, "/readyz", None, START).0, 500);
+    assert_eq!(get(&h, "/healthz", None, START).0, 200);
+    let text = slis_text(&h);
+    let ping: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("{name=\"ping\""))
+        .collect();
+    assert_eq!(
+        ping,
+        [
+            "kubernetes_healthcheck{name=\"ping\",type=\"healthz\"} 1",
+            "kubernetes_healthcheck{name=\"ping\",type=\"livez\"} 1",
+            "kubernetes_healthcheck{name=\"ping\",type=\"readyz\"} 1",
+            "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"healthz\"} 1",
+            "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"livez\"} 1",
+            "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"readyz\"} 1",
+        ]
+    );
+    assert!(
+        text.contains("kubernetes_healthcheck{name=\"shutdown\",type=\"readyz\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "kubernetes_healthchecks_total{name=\"shutdown\",status=\"error\",type=\"readyz\"} 1\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("shutdown\",type=\"livez"), "{text}");
+}

@@ -1,5 +1,5 @@
 //! Routing one request: the filter chain (where authentication, authorization and load
-//! shedding plug in), then health, `/metrics`, the API, or a 404 Status.
+//! shedding plug in), then health, `/metrics`, `/metrics/slis`, the API, or a 404 Status.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -70,6 +70,8 @@ pub struct Router {
     health: Arc<Health>,
     api: Arc<Api>,
     registry: Arc<Registry>,
+    /// `/metrics/slis`' own registry, as k8s.io/component-base keeps the SLIs apart.
+    slis: Registry,
     node_series: Option<Arc<NodeSeries>>,
     requests: Requests,
     filters: Vec<Arc<dyn Filter>>,
@@ -95,10 +97,13 @@ impl Router {
         registry: Arc<Registry>,
         requests: Requests,
     ) -> Self {
+        let mut slis = Registry::default();
+        slis.register_collector(Box::new(health.sli_collector()));
         Router {
             health,
             api,
             registry,
+            slis,
             node_series: None,
             requests,
             filters: Vec::new(),
@@ -201,6 +206,9 @@ impl Router {
                 parts.headers.get(header::ACCEPT),
             );
         }
+        if path == SLIS_PATH {
+            return selfmetrics::response(&self.slis, None, parts.headers.get(header::ACCEPT));
+        }
         if let Some(response) = self.api.handle(parts, now_ns) {
             return response;
         }
@@ -208,12 +216,15 @@ impl Router {
     }
 }
 
+/// Where the component SLIs are served (`slis.SLIMetrics`).
+pub const SLIS_PATH: &str = "/metrics/slis";
+
 /// The generic apiserver's `routes.Index` at `/` and `/index.html`: every path served, sorted,
 /// as indented JSON (`metav1.RootPaths` through `WriteRawJSON`).
 fn index() -> Response<Body> {
     static BODY: std::sync::LazyLock<Bytes> = std::sync::LazyLock::new(|| {
         let mut paths: Vec<String> = Health::paths()
-            .chain(["/metrics".to_owned()])
+            .chain(["/metrics".to_owned(), SLIS_PATH.to_owned()])
             .chain(crate::api::routes::PATHS.iter().map(|p| (*p).to_owned()))
             .collect();
         paths.sort();
@@ -390,6 +401,7 @@ mod tests {
         for must in [
             "/apis/metrics.k8s.io/v1",
             "/metrics",
+            "/metrics/slis",
             "/readyz/shutdown",
             "/livez/ping",
         ] {
@@ -424,6 +436,18 @@ mod tests {
         );
         assert!(body.contains("process_resident_memory_bytes "), "{body}");
         assert!(!body.contains(".."), "{body}");
+        assert!(!body.contains("kubernetes_healthcheck"), "{body}");
+        // The SLIs are served apart: the root probe above counted, its sub-path did not.
+        let (status, body) = get(&r, "/metrics/slis").await;
+        assert_eq!(status, 200);
+        assert!(
+            body.contains(
+                "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"livez\"} 1\n"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("type=\"healthz\""), "{body}");
+        assert!(!body.contains("apiserver_request_total"), "{body}");
     }
 
     struct Deny;

@@ -63,7 +63,7 @@ pub struct Shape {
 }
 
 /// Paths that are never shed: discovery (what the aggregator's availability probe and
-/// discovery fetch read), OpenAPI, `/version`, health and `/metrics`.
+/// discovery fetch read), OpenAPI, `/version`, health, `/metrics` and `/metrics/slis`.
 pub fn exempt_path(path: &str) -> bool {
     let trimmed = path.trim_end_matches('/');
     let under = |prefix: &str| {
@@ -80,6 +80,7 @@ pub fn exempt_path(path: &str) -> bool {
             | "/apis/metrics.k8s.io/v1"
             | "/version"
             | "/metrics"
+            | "/metrics/slis"
     ) || under("/openapi")
         || under("/healthz")
         || under("/livez")

@@ -794,7 +794,7 @@ async fn health_is_anonymous_and_metrics_needs_authorization() {
     let shutdown = CancellationToken::new();
     let cp = control_plane(&shutdown).await;
     cp.reviews().set_policy(allow_if(|a| {
-        a.user == "prometheus" && a.path.as_deref() == Some("/metrics")
+        a.user == "prometheus" && matches!(a.path.as_deref(), Some("/metrics" | "/metrics/slis"))
     }));
     let server = start_server(&cp, |_| {}, Vec::new()).await;
     for path in ["/healthz", "/livez"] {
@@ -835,6 +835,29 @@ async fn health_is_anonymous_and_metrics_needs_authorization() {
         reviews[1].0.groups,
         ["monitoring", "ops", "system:authenticated"],
         "user and groups from CN and O"
+    );
+
+    // The component SLIs: their own non-resource path, reviewed as such, recording what the
+    // probes above saw (the cold replica's storage check failed).
+    let (status, body) = must_get(
+        server.addr,
+        Some(&prometheus.identity),
+        "/metrics/slis",
+        &[],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for line in [
+        "kubernetes_healthcheck{name=\"ping\",type=\"livez\"} 1\n",
+        "kubernetes_healthcheck{name=\"metric-storage-ready\",type=\"readyz\"} 0\n",
+        "# TYPE kubernetes_healthchecks_total counter\n",
+    ] {
+        assert!(body.contains(line), "{line}: {body}");
+    }
+    assert!(!body.contains("apiserver_request_total"), "{body}");
+    assert_eq!(
+        reviews_by_server(&cp).last().unwrap().0.path.as_deref(),
+        Some("/metrics/slis")
     );
     server.stop().await;
     shutdown.cancel();
