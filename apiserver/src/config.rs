@@ -65,6 +65,8 @@ pub struct Settings {
     pub authz: AuthzConfig,
     /// How long `/readyz` fails, while serving goes on, once shutdown has begun.
     pub shutdown_delay: Duration,
+    /// `--profiling`: serve `/debug/flags/v`, where a `PUT` changes the log verbosity.
+    pub debug_flags: bool,
 }
 
 impl Default for Settings {
@@ -105,6 +107,7 @@ impl Settings {
             authn: AuthnConfig::default(),
             authz: AuthzConfig::default(),
             shutdown_delay: Duration::ZERO,
+            debug_flags: true,
         }
     }
 

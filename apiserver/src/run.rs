@@ -361,6 +361,9 @@ pub async fn run_with(
             authorization,
             clock: None,
             node_series: Some(metrics.node_series()),
+            debug_flags: settings
+                .debug_flags
+                .then_some(crate::cli::logging::set_verbosity as serve::debugflags::Setter),
         },
         registry,
     );

@@ -51,6 +51,8 @@ pub struct Parts {
     /// The scrape loop's per-node metric families, which `/metrics` writes after the
     /// registry's (`scraper::metrics::Metrics::node_series`); `None`: no scrape loop.
     pub node_series: Option<Arc<NodeSeries>>,
+    /// What `PUT /debug/flags/v` calls; `None`: `/debug/flags` is not served.
+    pub debug_flags: Option<serve::debugflags::Setter>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -86,6 +88,7 @@ impl Parts {
             authorization: Vec::new(),
             clock: None,
             node_series: None,
+            debug_flags: None,
         }
     }
 }
@@ -144,6 +147,9 @@ pub fn build_router(parts: Parts, mut registry: Registry) -> Stack {
     }
     if let Some(series) = parts.node_series {
         router = router.with_node_series(series);
+    }
+    if let Some(set) = parts.debug_flags {
+        router = router.with_debug_flags(set);
     }
     let router = filters.into_iter().fold(router, Router::with_filter);
     Stack {

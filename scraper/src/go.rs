@@ -1,6 +1,7 @@
 //! Go's text formats where the API must write what a Go server writes: `strconv.Quote` (the
-//! `%q` in apimachinery's error messages) and `time.Duration.String()` (the `window` field,
-//! flag defaults). One implementation each, for both crates.
+//! `%q` in apimachinery's error messages), `strconv.ParseInt`'s errors and
+//! `time.Duration.String()` (the `window` field, flag defaults). One implementation each, for
+//! both crates.
 
 use std::fmt::Write as _;
 
@@ -36,6 +37,24 @@ pub fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Go's `strconv.ParseInt(s, 10, bits)`, with its error text (`strconv.ParseInt: parsing
+/// "abc": invalid syntax`, `... value out of range`).
+pub fn parse_int(s: &str, bits: u32) -> Result<i64, String> {
+    let bits = bits.clamp(1, 64);
+    let fits = |v: i64| bits == 64 || (v >= -(1i64 << (bits - 1)) && v < (1i64 << (bits - 1)));
+    let why = match s.parse::<i64>() {
+        Ok(v) if fits(v) => return Ok(v),
+        Ok(_) => "value out of range",
+        Err(e) => match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        },
+    };
+    Err(format!("strconv.ParseInt: parsing {}: {why}", quote(s)))
 }
 
 /// Go's `strconv.IsPrint` for what reaches error messages: control characters (C0, DEL, C1),
@@ -167,6 +186,29 @@ mod tests {
         let mut out = Vec::new();
         write_go_duration(&mut out, ns);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn parse_int_as_go() {
+        assert_eq!(parse_int("42", 64), Ok(42));
+        assert_eq!(parse_int("+4", 32), Ok(4));
+        assert_eq!(parse_int("-2147483648", 32), Ok(-2_147_483_648));
+        assert_eq!(
+            parse_int("2147483648", 32).unwrap_err(),
+            "strconv.ParseInt: parsing \"2147483648\": value out of range"
+        );
+        assert_eq!(
+            parse_int("99999999999999999999", 64).unwrap_err(),
+            "strconv.ParseInt: parsing \"99999999999999999999\": value out of range"
+        );
+        assert_eq!(
+            parse_int("4\n", 32).unwrap_err(),
+            "strconv.ParseInt: parsing \"4\\n\": invalid syntax"
+        );
+        assert_eq!(
+            parse_int("", 64).unwrap_err(),
+            "strconv.ParseInt: parsing \"\": invalid syntax"
+        );
     }
 
     #[test]

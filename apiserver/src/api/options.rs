@@ -13,7 +13,6 @@
 
 use std::borrow::Cow;
 
-use scraper::go::quote;
 use scraper::selector::{FieldSelector, LabelSelector};
 
 use super::{ListQuery, query};
@@ -67,7 +66,7 @@ pub(super) fn list_options(q: Option<&str>, resource: &str) -> Result<ListQuery,
     // 1. Decoding, in `metav1.ListOptions`' field order: the integers (url.Values to v1),
     //    then the selectors (v1 to the internal version).
     for v in [&raw.timeout_seconds, &raw.limit].into_iter().flatten() {
-        parse_int(v).map_err(bad)?;
+        scraper::go::parse_int(v, 64).map_err(bad)?;
     }
     let labels = LabelSelector::parse(raw.label_selector.as_deref().unwrap_or_default())
         .map_err(|e| bad(e.0))?;
@@ -94,19 +93,6 @@ pub(super) fn list_options(q: Option<&str>, resource: &str) -> Result<ListQuery,
         )));
     }
     Ok(ListQuery { labels, fields })
-}
-
-/// Go's `strconv.ParseInt(s, 10, 64)`, with its error text.
-fn parse_int(s: &str) -> Result<i64, String> {
-    s.parse::<i64>().map_err(|e| {
-        let why = match e.kind() {
-            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
-                "value out of range"
-            }
-            _ => "invalid syntax",
-        };
-        format!("strconv.ParseInt: parsing {}: {why}", quote(s))
-    })
 }
 
 const EXACT: &str = "Exact";

@@ -797,7 +797,8 @@ pub struct Features {
           value_name = "bool")]
     pub enable_priority_and_fairness: bool,
 
-    /// Enable profiling via web interface host:port/debug/pprof/. Accepted; not served.
+    /// Enable profiling via web interface host:port/debug/pprof/. Here: serves
+    /// /debug/flags/v (PUT a log verbosity); there is no /debug/pprof.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "true", value_parser = go_bool, action = ArgAction::Set,
           value_name = "bool")]

@@ -5,9 +5,12 @@
 //! metrics-server reads them.
 
 use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt as _};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
@@ -15,31 +18,36 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::{Logging, LoggingFormat};
 
-/// Installs the global subscriber for `logging`; from `-v=3` one line per request
-/// (k8s.io/apiserver's `httplog`). `RUST_LOG` overrides the levels.
-pub fn init(logging: &Logging) {
-    use tracing_subscriber::EnvFilter;
-    let ours = match logging.verbosity {
-        0..=1 => "info",
+/// The klog verbosity in effect: `-v`, then whatever `/debug/flags/v` set.
+static VERBOSITY: AtomicI64 = AtomicI64::new(0);
+
+/// Replaces the installed subscriber's filter; set once by [`init`].
+type Reload = Box<dyn Fn(EnvFilter) -> bool + Send + Sync>;
+static RELOAD: OnceLock<Reload> = OnceLock::new();
+
+/// The filter for klog verbosity `v`: ours at info up to 1, debug up to 5, trace above;
+/// the libraries' at info, debug from 8; one line per request (k8s.io/apiserver's
+/// `httplog`) from 3.
+fn filter_for(v: i64) -> EnvFilter {
+    let ours = match v {
+        ..=1 => "info",
         2..=5 => "debug",
         _ => "trace",
     };
-    let others = if logging.verbosity >= 8 {
-        "debug"
-    } else {
-        "info"
-    };
-    let requests = if logging.verbosity >= 3 {
-        "info"
-    } else {
-        "off"
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!(
-            "{others},apiserver={ours},metrics_server={ours},scraper={ours},tls={ours},{}={requests}",
-            crate::serve::httplog::TARGET
-        ))
-    });
+    let others = if v >= 8 { "debug" } else { "info" };
+    let requests = if v >= 3 { "info" } else { "off" };
+    EnvFilter::new(format!(
+        "{others},apiserver={ours},metrics_server={ours},scraper={ours},tls={ours},{}={requests}",
+        crate::serve::httplog::TARGET
+    ))
+}
+
+/// Installs the global subscriber for `logging`, its filter replaceable by
+/// [`set_verbosity`]. `RUST_LOG` overrides the levels until then.
+pub fn init(logging: &Logging) {
+    let verbosity = i64::from(logging.verbosity);
+    VERBOSITY.store(verbosity, Ordering::Relaxed);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| filter_for(verbosity));
     // As component-base's formats write: text to stderr and JSON to stdout, each as one
     // stream; split, errors to stderr and the rest to stdout.
     let (text, split) = match logging.logging_format {
@@ -58,11 +66,47 @@ pub fn init(logging: &Logging) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
+    // A disabled call site stays disabled without a look at the filter (the interest is
+    // cached, and rebuilt on a reload), so the reload layer costs nothing on the hot path.
     let _ = if text {
-        builder.with_ansi(false).try_init()
+        let builder = builder.with_ansi(false).with_filter_reloading();
+        let handle = builder.reload_handle();
+        let _ = RELOAD.set(Box::new(move |f| handle.reload(f).is_ok()));
+        builder.try_init()
     } else {
-        builder.event_format(Klog).try_init()
+        let builder = builder.event_format(Klog).with_filter_reloading();
+        let handle = builder.reload_handle();
+        let _ = RELOAD.set(Box::new(move |f| handle.reload(f).is_ok()));
+        builder.try_init()
     };
+}
+
+/// The klog verbosity in effect.
+pub fn verbosity() -> i64 {
+    VERBOSITY.load(Ordering::Relaxed)
+}
+
+/// klog's `GlogSetter` behind `PUT /debug/flags/v`: `value` must be an int32 as Go parses
+/// it (no whitespace, no newline); the levels change at once, `RUST_LOG` or not. The
+/// answer's text is upstream's.
+pub fn set_verbosity(value: &str) -> Result<String, String> {
+    let v = scraper::go::parse_int(value, 32)
+        .map_err(|e| format!("failed set klog.logging.verbosity {value}: {e}"))?;
+    VERBOSITY.store(v, Ordering::Relaxed);
+    if let Some(reload) = RELOAD.get()
+        && !reload(filter_for(v))
+    {
+        return Err(format!(
+            "failed set klog.logging.verbosity {value}: the log filter could not be replaced"
+        ));
+    }
+    tracing::info!(
+        verbosity = v,
+        "log verbosity changed through /debug/flags/v"
+    );
+    Ok(format!(
+        "successfully set klog.logging.verbosity to {value}"
+    ))
 }
 
 /// One JSON object per event in component-base's JSON format: `ts` (Unix seconds), `caller`

@@ -437,6 +437,7 @@ impl Flags {
                 ..crate::auth::AuthzConfig::default()
             },
             shutdown_delay: g.shutdown_delay_duration.0,
+            debug_flags: self.features.profiling,
         })
     }
 }

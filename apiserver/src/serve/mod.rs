@@ -23,6 +23,7 @@ pub mod access;
 mod activity;
 pub mod cert;
 pub mod conn;
+pub mod debugflags;
 pub mod gzip;
 pub mod httplog;
 pub mod pretty;

@@ -18,7 +18,7 @@ use rustls_pki_types::CertificateDer;
 use scraper::metrics::NodeSeries;
 use tokio::time::Instant;
 
-use super::{gzip, httplog, pretty};
+use super::{debugflags, gzip, httplog, pretty};
 use crate::api::Api;
 use crate::body::Body;
 use crate::health::Health;
@@ -76,6 +76,7 @@ pub struct Router {
     requests: Requests,
     filters: Vec<Arc<dyn Filter>>,
     clock: fn() -> i64,
+    debug_flags: Option<debugflags::Setter>,
 }
 
 impl std::fmt::Debug for Router {
@@ -108,6 +109,7 @@ impl Router {
             requests,
             filters: Vec::new(),
             clock: unix_now_ns,
+            debug_flags: None,
         }
     }
 
@@ -124,18 +126,29 @@ impl Router {
         self
     }
 
+    /// Serves `/debug/flags` and `/debug/flags/v`, whose `PUT` calls `set` (`--profiling`).
+    pub fn with_debug_flags(mut self, set: debugflags::Setter) -> Self {
+        self.debug_flags = Some(set);
+        self
+    }
+
     /// Replaces the clock (tests).
     pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Answers one request. The request body is never read: every route is a GET. The
-    /// response, whoever made it (a filter's rejection included), is gzip-encoded when the
-    /// request allows it and the body is large ([`gzip::encode`]).
-    pub async fn handle<B>(&self, request: Request<B>) -> Response<Body> {
+    /// Answers one request. The request body is read only by `PUT /debug/flags/v` (a few
+    /// bytes, bounded); every other route is a GET. The response, whoever made it (a
+    /// filter's rejection included), is gzip-encoded when the request allows it and the body
+    /// is large ([`gzip::encode`]).
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<Body>
+    where
+        B: http_body::Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let started = Instant::now();
-        let (mut parts, _body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let kind = RequestKind::of(&parts.method, parts.uri.path());
         let accepts = gzip::Accepts::of(&parts.headers);
         let mut guards: Vec<Guard> = Vec::new();
@@ -151,7 +164,13 @@ impl Router {
                 }
             }
         }
-        let mut response = rejected.unwrap_or_else(|| self.route(&parts));
+        let mut response = match (rejected, self.debug_flags) {
+            (Some(response), _) => response,
+            (None, Some(set)) if debugflags::serves(parts.uri.path()) => {
+                debugflags::answer(&parts.method, parts.uri.path(), body, set).await
+            }
+            (None, _) => self.route(&parts),
+        };
         self.requests
             .observe(kind, response.status().as_u16(), started.elapsed());
         if pretty::wanted(&parts) {
@@ -288,6 +307,7 @@ impl http_body::Body for Guarded {
 mod tests {
     use super::*;
     use crate::health;
+    use http_body_util::Empty;
     use scraper::inventory::Inventory;
     use scraper::scrape::Progress;
     use scraper::selector::LabelSelector;
@@ -328,7 +348,9 @@ mod tests {
     }
 
     async fn get(router: &Router, uri: &str) -> (u16, String) {
-        let response = router.handle(Request::get(uri).body(()).unwrap()).await;
+        let response = router
+            .handle(Request::get(uri).body(Empty::<Bytes>::new()).unwrap())
+            .await;
         let status = response.status().as_u16();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8(body.to_vec()).unwrap())
@@ -342,7 +364,7 @@ mod tests {
             async move {
                 let request = Request::get(uri)
                     .header(header::USER_AGENT, agent)
-                    .body(())
+                    .body(Empty::<Bytes>::new())
                     .unwrap();
                 let response = r.handle(request).await;
                 let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -502,7 +524,7 @@ mod tests {
                 .method(method)
                 .uri("/apis/metrics.k8s.io/v1/nodes")
                 .header(header::ACCEPT_ENCODING, encoding)
-                .body(())
+                .body(Empty::<Bytes>::new())
                 .unwrap()
         };
         let response = r.handle(request(Method::GET, "gzip")).await;
@@ -551,7 +573,9 @@ mod tests {
     async fn guards_live_until_the_body_is_done() {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let r = router().with_filter(Arc::new(Counting(in_flight.clone())));
-        let response = r.handle(Request::get("/livez").body(()).unwrap()).await;
+        let response = r
+            .handle(Request::get("/livez").body(Empty::<Bytes>::new()).unwrap())
+            .await;
         assert_eq!(
             in_flight.load(Ordering::SeqCst),
             1,

@@ -271,3 +271,141 @@ fn the_scrape_threads_run_below_the_serving_threads() {
     assert!(scrape.iter().all(|&n| n == lowered), "{seen:?}");
     assert!(serve.iter().all(|&n| n == base), "{seen:?}");
 }
+
+/// `PUT /debug/flags/v` (served with `--profiling`, the default) changes the log levels of
+/// the running binary at once: from `-v=0` no request is logged; after `PUT 3` each is
+/// (k8s.io/apiserver's `httplog` line); after `PUT 0` none again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_to_debug_flags_v_changes_the_log_verbosity_at_once() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt as _, Full};
+    use hyper_util::rt::TokioIo;
+
+    use crate::support::{Client, send};
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    crate::support::write_unreachable_kubeconfig(&kubeconfig);
+    /// Killed however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Killed(
+        binary()
+            .env_remove("RUST_LOG")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--cert-dir={}", dir.path().join("certs").display()))
+            .args([
+                "--secure-port=0",
+                "--bind-address=127.0.0.1",
+                "--authentication-tolerate-lookup-failure",
+                // No kube-apiserver to review requests: these paths are always allowed here.
+                "--authorization-always-allow-paths=/livez/ping,/debug/flags/v",
+                "-v=0",
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Every line until one containing `needle`, or what came within 20 s.
+    let until = |needle: &str| -> (bool, Vec<String>) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
+        while let Ok(line) =
+            lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        {
+            let found = line.contains(needle);
+            seen.push(line);
+            if found {
+                return (true, seen);
+            }
+        }
+        (false, seen)
+    };
+    let (started, seen) = until("serving securely");
+    assert!(started, "the server did not start: {seen:?}");
+    let addr: std::net::SocketAddr = seen
+        .last()
+        .and_then(|l| l.split("address=Some(").nth(1))
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {seen:?}"));
+
+    let client = Client::insecure().alpn(&[b"http/1.1"]);
+    let get = |path: &'static str| {
+        let client = client.clone();
+        async move { client.get(addr, path).await.status.as_u16() }
+    };
+    let put = |value: &'static str| {
+        let client = client.clone();
+        async move {
+            let stream = client.connect(addr).await.unwrap();
+            let request = http::Request::put("/debug/flags/v")
+                .header(http::header::HOST, "localhost")
+                .body(Full::new(Bytes::from_static(value.as_bytes())))
+                .unwrap();
+            let response = send(TokioIo::new(stream), false, request).await;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+
+    assert_eq!(get("/livez/ping?quiet").await, 200);
+    assert_eq!(
+        put("3").await,
+        (
+            200,
+            "successfully set klog.logging.verbosity to 3\n".to_owned()
+        )
+    );
+    assert_eq!(get("/livez/ping?loud").await, 200);
+    let (logged, seen) = until("URI=/livez/ping?loud");
+    assert!(logged, "no request line at -v=3: {seen:?}");
+    assert!(
+        !seen.iter().any(|l| l.contains("URI=/livez/ping?quiet")),
+        "{seen:?}"
+    );
+
+    assert_eq!(put("0").await.0, 200);
+    assert_eq!(get("/livez/ping?quiet-again").await, 200);
+    assert_eq!(put("3").await.0, 200);
+    assert_eq!(get("/livez/ping?loud-again").await, 200);
+    let (logged, seen) = until("URI=/livez/ping?loud-again");
+    assert!(logged, "no request line after the second PUT: {seen:?}");
+    assert!(
+        !seen
+            .iter()
+            .any(|l| l.contains("URI=/livez/ping?quiet-again")),
+        "{seen:?}"
+    );
+
+    // Not an int32: refused, and the levels stay.
+    assert_eq!(
+        put("loud").await,
+        (
+            400,
+            "failed set klog.logging.verbosity loud: strconv.ParseInt: parsing \"loud\": \
+             invalid syntax\n"
+                .to_owned()
+        )
+    );
+}

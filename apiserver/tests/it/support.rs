@@ -270,11 +270,16 @@ where
 }
 
 /// Sends `request` on a new HTTP/1.1 or h2 client connection over `io`; the response head.
-pub(crate) async fn send(
+pub(crate) async fn send<B>(
     io: TokioIo<TlsStream<TcpStream>>,
     h2: bool,
-    request: Request<Empty<Bytes>>,
-) -> http::Response<hyper::body::Incoming> {
+    request: Request<B>,
+) -> http::Response<hyper::body::Incoming>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     if h2 {
         let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
