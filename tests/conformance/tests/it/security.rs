@@ -308,6 +308,17 @@ async fn get(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Option<(StatusCode, String)> {
+    call(addr, identity, Method::GET, path, headers, "").await
+}
+
+async fn call(
+    addr: SocketAddr,
+    identity: Option<&tls::Identity>,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(StatusCode, String)> {
     let mut config = tls::client::config(&tls::client::Verify::Insecure, identity).unwrap();
     config.alpn_protocols.clear();
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -317,12 +328,14 @@ async fn get(
         .enable_http2()
         .build();
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let mut req = Request::get(format!("https://{addr}{path}"));
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("https://{addr}{path}"));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let resp = client
-        .request(req.body(Full::new(Bytes::new())).unwrap())
+        .request(req.body(Full::new(Bytes::from(body.to_owned()))).unwrap())
         .await
         .ok()?;
     let status = resp.status();
@@ -859,6 +872,63 @@ async fn health_is_anonymous_and_metrics_needs_authorization() {
         reviews_by_server(&cp).last().unwrap().0.path.as_deref(),
         Some("/metrics/slis")
     );
+    server.stop().await;
+    shutdown.cancel();
+}
+
+/// Changing the log verbosity (`PUT /debug/flags/v`, served with `--profiling`, the default)
+/// is a non-resource `put`, reviewed as such: reading `/metrics` does not allow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_to_debug_flags_v_needs_its_own_permission() {
+    let shutdown = CancellationToken::new();
+    let cp = control_plane(&shutdown).await;
+    cp.reviews().set_policy(allow_if(|a| {
+        let path = a.path.as_deref();
+        (a.user == "prometheus" && a.verb == "get" && path == Some("/metrics"))
+            || (a.user == "ops" && a.verb == "put" && path == Some("/debug/flags/v"))
+    }));
+    let server = start_server(&cp, |_| {}, Vec::new()).await;
+    let prometheus = cp.issue_client_cert("prometheus", &["monitoring"]).unwrap();
+    let ops = cp.issue_client_cert("ops", &["sre"]).unwrap();
+    let put = |identity: tls::Identity, value: &'static str| async move {
+        call(
+            server.addr,
+            Some(&identity),
+            Method::PUT,
+            "/debug/flags/v",
+            &[],
+            value,
+        )
+        .await
+        .expect("a response")
+    };
+
+    let (status, body) = put(prometheus.identity.clone(), "6").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let denied: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        denied["message"],
+        "forbidden: User \"prometheus\" cannot put path \"/debug/flags/v\": no RBAC policy matched"
+    );
+    assert_eq!(
+        put(ops.identity.clone(), "6").await,
+        (
+            StatusCode::OK,
+            "successfully set klog.logging.verbosity to 6\n".to_owned()
+        )
+    );
+    assert_eq!(
+        put(ops.identity.clone(), "six").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let reviews = reviews_by_server(&cp);
+    assert!(!reviews.is_empty());
+    for (access, _) in &reviews {
+        assert_eq!(
+            (access.verb.as_str(), access.path.as_deref()),
+            ("put", Some("/debug/flags/v"))
+        );
+    }
     server.stop().await;
     shutdown.cancel();
 }
