@@ -400,6 +400,7 @@ async fn answer(
     let started = Instant::now();
     let kind = RequestKind::of(request.method(), request.uri().path());
     let head = request.method() == Method::HEAD;
+    let audit_id = request.headers().get(super::router::AUDIT_ID).cloned();
     match tokio::time::timeout_at(deadline.at(), router.handle(request)).await {
         Ok(response) => {
             deadline.arm(deadline.at());
@@ -407,7 +408,7 @@ async fn answer(
         }
         Err(_) => {
             deadline.arm(Instant::now() + TIMEOUT_ANSWER_GRACE);
-            router.timed_out(kind, head, started.elapsed())
+            router.timed_out(kind, head, started.elapsed(), audit_id.as_ref())
         }
     }
 }

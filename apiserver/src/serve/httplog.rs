@@ -37,6 +37,7 @@ struct Entry {
     uri: String,
     user: String,
     user_agent: String,
+    audit_id: String,
     source: Option<SocketAddr>,
     status: u16,
     started: Instant,
@@ -50,6 +51,7 @@ impl Entry {
             URI = %self.uri,
             latency = ?self.started.elapsed(),
             userAgent = %self.user_agent,
+            "audit-ID" = %self.audit_id,
             user = %self.user,
             srcIP = %self.source.map(|a| a.to_string()).unwrap_or_default(),
             resp = self.status,
@@ -90,6 +92,11 @@ pub fn logged(parts: &Parts, started: Instant, response: Response<Body>) -> Resp
             .get(header::USER_AGENT)
             .map(HeaderValue::as_bytes)
             .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default(),
+        audit_id: response
+            .headers()
+            .get(super::router::AUDIT_ID)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .unwrap_or_default(),
         source: parts.extensions.get::<RemoteAddr>().map(|a| a.0),
         status: response.status().as_u16(),
@@ -212,6 +219,10 @@ mod tests {
         assert!(enabled());
         let mut response = Response::new(crate::body::full("{}"));
         *response.status_mut() = StatusCode::OK;
+        response.headers_mut().insert(
+            super::super::router::AUDIT_ID,
+            HeaderValue::from_static("5e0b7f6c-3c1a-4a39-9b3e-2f1d0c8a7e61"),
+        );
         let response = logged(&request(), Instant::now(), response);
         assert!(captured.0.lock().is_empty(), "not before the body ends");
         let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -224,6 +235,7 @@ mod tests {
             "URI=/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dweb",
             "latency=",
             "userAgent=kube-controller-manager/v1.36.0",
+            "audit-ID=5e0b7f6c-3c1a-4a39-9b3e-2f1d0c8a7e61",
             "user=system:serviceaccount:kube-system:horizontal-pod-autoscaler",
             "srcIP=192.0.2.10:41234",
             "resp=200",

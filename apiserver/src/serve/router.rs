@@ -173,6 +173,10 @@ impl Router {
         };
         self.requests
             .observe(kind, response.status().as_u16(), started.elapsed());
+        common_headers(
+            response.headers_mut(),
+            parts.headers.get(AUDIT_ID).filter(|id| !id.is_empty()),
+        );
         if pretty::wanted(&parts) {
             response = pretty::indent(parts.uri.path(), response);
         }
@@ -198,10 +202,18 @@ impl Router {
 
     /// The 504 `Timeout` Status of a request that had no answer within `--request-timeout`
     /// (k8s.io/apiserver's timeout filter), counted in `apiserver_request_total` like every
-    /// other answer; for HEAD, its headers without the body.
-    pub fn timed_out(&self, kind: RequestKind, head: bool, elapsed: Duration) -> Response<Body> {
+    /// other answer, with the headers every answer has (`audit_id`: the request's
+    /// `Audit-Id`); for HEAD, its headers without the body.
+    pub fn timed_out(
+        &self,
+        kind: RequestKind,
+        head: bool,
+        elapsed: Duration,
+        audit_id: Option<&HeaderValue>,
+    ) -> Response<Body> {
         self.requests.observe(kind, 504, elapsed);
-        let response = Status::timeout().into_response();
+        let mut response = Status::timeout().into_response();
+        common_headers(response.headers_mut(), audit_id.filter(|id| !id.is_empty()));
         if head {
             without_body(response)
         } else {
@@ -232,6 +244,32 @@ impl Router {
             return response;
         }
         Status::no_route().into_negotiated(&parts.headers)
+    }
+}
+
+/// The request and response header of k8s.io/apiserver's audit ID.
+pub const AUDIT_ID: &str = "audit-id";
+
+/// What k8s.io/apiserver's handler chain puts on every answer, a filter's refusal and a
+/// timeout included, unless the handler set its own:
+/// - `Cache-Control: no-cache, private` (`WithCacheControl`: every answer is behind
+///   authentication and authorization, so no shared cache may keep it; OpenAPI documents
+///   set their own);
+/// - `Audit-Id`: the request's own, which kube-apiserver's aggregator sends, or a new random
+///   UUID (`WithAuditInit`), so a client's `-v=8` output and the `-v=3` request log meet.
+fn common_headers(headers: &mut http::HeaderMap, audit_id: Option<&HeaderValue>) {
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-cache, private"));
+    if let http::header::Entry::Vacant(entry) = headers.entry(AUDIT_ID) {
+        entry.insert(match audit_id {
+            Some(id) => id.clone(),
+            None => {
+                let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+                let text = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+                HeaderValue::from_str(text).unwrap_or(HeaderValue::from_static(""))
+            }
+        });
     }
 }
 
@@ -497,6 +535,49 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move { Verdict::Pass(Some(Box::new(Slot(self.0.clone())) as Guard)) })
         }
+    }
+
+    #[tokio::test]
+    async fn every_answer_has_cache_control_and_an_audit_id() {
+        let r = router().with_filter(Arc::new(Deny));
+        let head = |uri: &str, audit: Option<&str>| {
+            let mut request = Request::get(uri);
+            if let Some(id) = audit {
+                request = request.header("Audit-Id", id);
+            }
+            let r = &r;
+            let request = request.body(Empty::<Bytes>::new()).unwrap();
+            async move { r.handle(request).await.into_parts().0 }
+        };
+        // A handler's answer and a filter's refusal alike.
+        let mut ids = Vec::new();
+        for (uri, status) in [("/livez", 200), ("/metrics", 403), ("/metrics", 403)] {
+            let parts = head(uri, None).await;
+            assert_eq!(parts.status, status);
+            assert_eq!(parts.headers[header::CACHE_CONTROL], "no-cache, private");
+            let id = parts.headers[AUDIT_ID].to_str().unwrap().to_owned();
+            let uuid = uuid::Uuid::parse_str(&id).unwrap();
+            assert_eq!(uuid.get_version_num(), 4, "{id}");
+            ids.push(id);
+        }
+        assert_ne!(ids[1], ids[2], "a new ID per request");
+        // The aggregator's ID is echoed; an empty one is replaced.
+        let parts = head("/livez", Some("8d1e0a3c-aggregator")).await;
+        assert_eq!(parts.headers[AUDIT_ID], "8d1e0a3c-aggregator");
+        let parts = head("/livez", Some("")).await;
+        assert_eq!(parts.headers[AUDIT_ID].len(), 36);
+        // A handler's own Cache-Control stays (aggregated discovery is public).
+        let r = router();
+        let request = Request::get("/apis")
+            .header(
+                header::ACCEPT,
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+            )
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let parts = r.handle(request).await.into_parts().0;
+        assert_eq!(parts.status, 200);
+        assert_eq!(parts.headers[header::CACHE_CONTROL], "public");
     }
 
     #[tokio::test]

@@ -555,31 +555,37 @@ async fn a_request_without_an_answer_by_the_request_timeout_gets_a_504_status() 
     let stack = Stack::start(config(|c| c.request_timeout = timeout), 0).await;
     for h2_client in [false, true] {
         let started = Instant::now();
-        let request = get(PODS, h2_client, &[("x-test-hold", "1")]);
-        let (status, content_type, body) = if h2_client {
+        let request = get(
+            PODS,
+            h2_client,
+            &[("x-test-hold", "1"), ("audit-id", "held-by-the-test")],
+        );
+        let (status, headers, body) = if h2_client {
             let (mut sender, _conn) = h2(connect(stack.addr, b"h2", None).await).await;
             let response = sender.send_request(request).await.unwrap();
-            let content_type = response.headers()[header::CONTENT_TYPE].clone();
+            let headers = response.headers().clone();
             let status = response.status();
             (
                 status,
-                content_type,
+                headers,
                 response.into_body().collect().await.unwrap().to_bytes(),
             )
         } else {
             let (mut sender, _conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
             let response = sender.send_request(request).await.unwrap();
-            let content_type = response.headers()[header::CONTENT_TYPE].clone();
+            let headers = response.headers().clone();
             let status = response.status();
             (
                 status,
-                content_type,
+                headers,
                 response.into_body().collect().await.unwrap().to_bytes(),
             )
         };
         assert!(started.elapsed() >= timeout - Duration::from_millis(50));
         assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
-        assert_eq!(content_type, "application/json");
+        assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+        assert_eq!(headers[header::CACHE_CONTROL], "no-cache, private");
+        assert_eq!(headers["audit-id"], "held-by-the-test");
         let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(status["kind"], "Status");
         assert_eq!(status["status"], "Failure");
