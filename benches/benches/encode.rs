@@ -548,11 +548,7 @@ fn repeat<S: Source>(
 /// server answering many HPAs does.
 #[allow(clippy::disallowed_methods)]
 fn hpa<S: Source>(h: &Handler<S>, iters: u32) {
-    let namespaces = std::env::var("ENCODE_HPA_NAMESPACES")
-        .ok()
-        .and_then(|n| n.parse::<u32>().ok())
-        .unwrap_or(1)
-        .clamp(1, 500);
+    let namespaces = hpa_namespaces();
     let requests: Vec<_> = (0..namespaces)
         .map(|n| {
             request(
@@ -571,6 +567,87 @@ fn hpa<S: Source>(h: &Handler<S>, iters: u32) {
     }
     let each = started.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1));
     eprintln!("hpa: {iters} requests of {bytes} bytes, {each:.1} us each (wall)");
+}
+
+/// `ENCODE_HPA_NAMESPACES`: how many namespaces the HPA-shaped requests ask of in turn (1 to
+/// 500; 1 unless set).
+fn hpa_namespaces() -> u32 {
+    std::env::var("ENCODE_HPA_NAMESPACES")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1)
+        .clamp(1, 500)
+}
+
+/// `ENCODE_FORMAT=hpa-router` (with `ENCODE_SOURCE=store`): the requests of [`hpa`] through
+/// the whole in-process router (`stack::build_router` over the same store: load shedding,
+/// the cold-store check, routing, the handler, the headers every answer gets, the pretty and
+/// gzip decisions), without TLS and hyper. Each request carries what kube-apiserver's
+/// aggregator sends for the HPA: an `Audit-Id`, client-go's `Accept`, `User-Agent` and
+/// `Accept-Encoding: gzip`. For callgrind, as [`hpa`]: `--toggle-collect='encode::run*'`
+/// collects [`run_router`] only.
+#[allow(clippy::disallowed_methods)]
+fn hpa_router(live: Live, iters: u32) {
+    let mut parts = apiserver::stack::Parts::filled(
+        live.inventory,
+        live.store,
+        std::time::Duration::from_secs(15),
+    );
+    parts.clock = Some(|| NOW_NS);
+    let stack = apiserver::stack::build_router(parts, Registry::default());
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("hpa-router: no runtime: {e}");
+            return;
+        }
+    };
+    let namespaces = hpa_namespaces();
+    let started = std::time::Instant::now();
+    let (mut bytes, mut failed) = (0, 0);
+    for (i, n) in (0..iters).zip((0..namespaces).cycle()) {
+        let request = http::Request::get(format!(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/team-{:03}/pods?labelSelector=pod-template-hash%3D5d8f9c7b6",
+            (n + 7) % 500
+        ))
+        .header(http::header::ACCEPT, CLIENT_GO)
+        .header(http::header::ACCEPT_ENCODING, "gzip")
+        .header(
+            http::header::USER_AGENT,
+            "kube-controller-manager/v1.37.0 (linux/amd64) kubernetes/4f1c2b3/system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+        )
+        .header("audit-id", format!("0f5c3a1e-7b2d-4c8e-9a6f-{i:012}"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new());
+        let Ok(request) = request else {
+            failed += 1;
+            continue;
+        };
+        let _inside = runtime.enter();
+        match run_router(&stack.router, request) {
+            Some((200, size)) => bytes = size,
+            _ => failed += 1,
+        }
+    }
+    let each = started.elapsed().as_secs_f64() * 1e6 / f64::from(iters.max(1));
+    eprintln!(
+        "hpa-router: {iters} requests of {bytes} bytes ({failed} not 200), {each:.1} us each (wall)"
+    );
+}
+
+/// One request through the router, its body drained: (status, bytes); `None` if the router
+/// had to wait (nothing here should: no review, no contention). Polled in place, inside the
+/// runtime's context, so that callgrind sees this function and nothing of a scheduler.
+#[inline(never)]
+fn run_router(
+    router: &apiserver::serve::Router,
+    request: http::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> Option<(u16, usize)> {
+    let response = router.handle(request).now_or_never()?;
+    let status = response.status().as_u16();
+    Some((status, drain(response.into_body()).0))
 }
 
 /// `ENCODE_FORMAT=walk` (with `ENCODE_SOURCE=store`): what a streamed list reads of each
@@ -729,7 +806,8 @@ fn owned_prost_list(m: &Memory) -> Vec<u8> {
 /// the cluster (30 pods per node; 5,000 unless set): a small one stays in the caches, so the
 /// per-pod time of the two sizes tells the list's compute from its memory misses.
 /// `ENCODE_DUMP=<file>` writes the store list's identity JSON there (to compare the gzip
-/// bytes with other compressors) and exits. `ENCODE_FORMAT=hpa`: see [`hpa`].
+/// bytes with other compressors) and exits. `ENCODE_FORMAT=hpa`: see [`hpa`];
+/// `ENCODE_FORMAT=hpa-router`: see [`hpa_router`].
 fn main() {
     if let Ok(path) = std::env::var("ENCODE_DUMP") {
         let h = Handler::new(
@@ -775,6 +853,10 @@ fn main() {
             .unwrap_or(5_000);
         if store && format == "walk" {
             walk(&live(nodes, 30), iters);
+            return;
+        }
+        if store && format == "hpa-router" {
+            hpa_router(live(nodes, 30), iters);
             return;
         }
         if store && format == "hpa" {

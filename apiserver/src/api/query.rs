@@ -60,7 +60,10 @@ fn decode(s: &str, plus_is_space: bool) -> Option<Cow<'_, str>> {
             }
         }
     }
-    Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+    // Valid UTF-8 (nearly always) keeps its buffer; only invalid bytes cost a second one.
+    Some(Cow::Owned(String::from_utf8(out).unwrap_or_else(|e| {
+        String::from_utf8_lossy(e.as_bytes()).into_owned()
+    })))
 }
 
 fn hex(c: u8) -> Option<u8> {
@@ -100,6 +103,12 @@ mod tests {
         assert_eq!(get(q, "watch").as_deref(), Some(""));
         assert_eq!(get(None, "x"), None);
         assert_eq!(get(Some("a;b=c"), "a;b"), None);
+        // Escapes of UTF-8 decode to it; bytes that are not UTF-8 become U+FFFD.
+        assert_eq!(
+            get(Some("v=%C3%A9t%C3%A9"), "v").as_deref(),
+            Some("\u{e9}t\u{e9}")
+        );
+        assert_eq!(get(Some("v=a%FFb"), "v").as_deref(), Some("a\u{fffd}b"));
     }
 
     #[test]

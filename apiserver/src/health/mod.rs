@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{Response, StatusCode};
 use scraper::inventory::Inventory;
 use scraper::scrape::Progress;
 use scraper::store::{Readiness, Store};
@@ -397,18 +397,7 @@ fn duration_ns(d: Duration) -> i64 {
 
 /// A plain-text response as Go's `http.Error` / `fmt.Fprint` write it.
 fn text(status: StatusCode, body: String) -> Response<Body> {
-    let mut response = Response::new(crate::body::full(body));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    response
+    crate::body::text(status, "text/plain; charset=utf-8", body)
 }
 
 #[cfg(test)]

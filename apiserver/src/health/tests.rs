@@ -1,4 +1,5 @@
 use super::*;
+use http::header;
 use http_body_util::BodyExt;
 use parking_lot::Mutex;
 

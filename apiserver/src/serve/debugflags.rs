@@ -74,15 +74,7 @@ fn index() -> Response<Body> {
 
 /// `writePlainText`: the text and a newline, `text/plain`, no sniffing.
 fn text(status: StatusCode, message: &str) -> Response<Body> {
-    let mut response = Response::new(crate::body::full(format!("{message}\n")));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    response
+    crate::body::text(status, "text/plain", format!("{message}\n"))
 }
 
 #[cfg(test)]

@@ -219,8 +219,14 @@ impl Filter for Admission {
         Box::pin(async move {
             let user = parts.extensions.get::<UserInfo>();
             let shape = class::shape(&parts.method, parts.uri.path(), parts.uri.query(), user);
-            match self.admit(shape, class::flow_of(user)).await {
-                Ok(guard) => Verdict::Pass(guard),
+            let flow = class::flow_of(user);
+            match self.admit(shape, flow).await {
+                Ok(guard) => {
+                    // The cold-store check after authorization reads it instead of
+                    // classifying the request again (the user does not change in between).
+                    parts.extensions.insert(shape);
+                    Verdict::Pass(guard)
+                }
                 Err(response) => Verdict::Reject(response),
             }
         })
@@ -267,7 +273,10 @@ impl Filter for ColdStore {
     fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
         Box::pin(async move {
             let user = parts.extensions.get::<UserInfo>();
-            let shape = class::shape(&parts.method, parts.uri.path(), parts.uri.query(), user);
+            let shape = match parts.extensions.get::<Shape>() {
+                Some(shape) => *shape,
+                None => class::shape(&parts.method, parts.uri.path(), parts.uri.query(), user),
+            };
             match self.reject(shape, class::flow_of(user)) {
                 None => Verdict::Pass(None),
                 Some(response) => Verdict::Reject(response),

@@ -6,6 +6,25 @@ fn binary() -> Command {
     Command::new(env!("CARGO_BIN_EXE_metrics-server"))
 }
 
+/// The binary serving on a free loopback port with its state in `dir`, against a
+/// kube-apiserver that never answers, its stderr piped; `RUST_LOG` unset.
+fn serving_in(dir: &std::path::Path) -> Command {
+    let kubeconfig = dir.join("kubeconfig");
+    crate::support::write_unreachable_kubeconfig(&kubeconfig);
+    let mut command = binary();
+    command
+        .env_remove("RUST_LOG")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cert-dir={}", dir.join("certs").display()))
+        .args([
+            "--secure-port=0",
+            "--bind-address=127.0.0.1",
+            "--authentication-tolerate-lookup-failure",
+        ])
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
 #[test]
 fn help_lists_the_groups_in_metrics_server_order() {
     let out = binary().arg("--help").output().unwrap();
@@ -218,26 +237,12 @@ fn threads(pid: u32) -> Vec<(String, i32)> {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_scrape_threads_run_below_the_serving_threads() {
-    use std::process::Stdio;
     use std::time::{Duration, Instant};
 
     use apiserver::run::SCRAPE_NICE;
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    crate::support::write_unreachable_kubeconfig(&kubeconfig);
-    let mut child = binary()
-        .env_remove("RUST_LOG")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--cert-dir={}", dir.path().join("certs").display()))
-        .args([
-            "--secure-port=0",
-            "--bind-address=127.0.0.1",
-            "--authentication-tolerate-lookup-failure",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serving_in(dir.path()).spawn().unwrap();
     let started = crate::support::serving(&mut child);
     // Each worker lowers its own priority as it starts: wait until every scrape thread has.
     let pid = child.id();
@@ -278,7 +283,6 @@ fn the_scrape_threads_run_below_the_serving_threads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_to_debug_flags_v_changes_the_log_verbosity_at_once() {
     use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -289,8 +293,6 @@ async fn a_put_to_debug_flags_v_changes_the_log_verbosity_at_once() {
     use crate::support::{Client, send};
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    crate::support::write_unreachable_kubeconfig(&kubeconfig);
     /// Killed however the test ends.
     struct Killed(std::process::Child);
     impl Drop for Killed {
@@ -300,19 +302,12 @@ async fn a_put_to_debug_flags_v_changes_the_log_verbosity_at_once() {
         }
     }
     let mut child = Killed(
-        binary()
-            .env_remove("RUST_LOG")
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--cert-dir={}", dir.path().join("certs").display()))
+        serving_in(dir.path())
             .args([
-                "--secure-port=0",
-                "--bind-address=127.0.0.1",
-                "--authentication-tolerate-lookup-failure",
                 // No kube-apiserver to review requests: these paths are always allowed here.
                 "--authorization-always-allow-paths=/livez/ping,/debug/flags/v",
                 "-v=0",
             ])
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
