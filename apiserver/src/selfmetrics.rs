@@ -97,8 +97,17 @@ impl RequestKind {
             Some("v1beta1") => "v1beta1",
             _ => return other,
         };
-        let segments: Vec<&str> = parts.collect();
-        let (resource, named) = match segments.as_slice() {
+        // At most four segments after the version: no allocation on every request.
+        let mut segments = [""; 4];
+        let mut n = 0;
+        for segment in parts {
+            let Some(slot) = segments.get_mut(n) else {
+                return other;
+            };
+            *slot = segment;
+            n += 1;
+        }
+        let (resource, named) = match &segments[..n] {
             ["nodes"] => ("nodes", false),
             ["nodes", _] => ("nodes", true),
             ["pods"] => ("pods", false),
@@ -563,6 +572,8 @@ mod tests {
         for path in [
             "/apis/metrics.k8s.io/v2/nodes",
             "/apis/metrics.k8s.io/v1/secrets",
+            "/apis/metrics.k8s.io/v1/namespaces/ns/pods/p1/extra",
+            "/apis/metrics.k8s.io/v1/namespaces/ns/pods/p1/a/b/c",
             "/random/x",
             "/livez",
         ] {
