@@ -193,22 +193,23 @@ mod tests {
         assert_eq!(parse_int("42", 64), Ok(42));
         assert_eq!(parse_int("+4", 32), Ok(4));
         assert_eq!(parse_int("-2147483648", 32), Ok(-2_147_483_648));
-        assert_eq!(
-            parse_int("2147483648", 32).unwrap_err(),
-            "strconv.ParseInt: parsing \"2147483648\": value out of range"
-        );
-        assert_eq!(
-            parse_int("99999999999999999999", 64).unwrap_err(),
-            "strconv.ParseInt: parsing \"99999999999999999999\": value out of range"
-        );
-        assert_eq!(
-            parse_int("4\n", 32).unwrap_err(),
-            "strconv.ParseInt: parsing \"4\\n\": invalid syntax"
-        );
-        assert_eq!(
-            parse_int("", 64).unwrap_err(),
-            "strconv.ParseInt: parsing \"\": invalid syntax"
-        );
+        for (text, bits, quoted, why) in [
+            ("2147483648", 32, r#""2147483648""#, "value out of range"),
+            (
+                "99999999999999999999",
+                64,
+                r#""99999999999999999999""#,
+                "value out of range",
+            ),
+            ("4\n", 32, r#""4\n""#, "invalid syntax"),
+            ("", 64, r#""""#, "invalid syntax"),
+        ] {
+            assert_eq!(
+                parse_int(text, bits).unwrap_err(),
+                format!("strconv.ParseInt: parsing {quoted}: {why}"),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]

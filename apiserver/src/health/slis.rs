@@ -17,7 +17,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use super::{Check, Endpoint};
+use super::Endpoint;
 
 const UNOBSERVED: u8 = 0;
 const SUCCESS: u8 = 1;
@@ -31,16 +31,36 @@ struct Cell {
     error: AtomicU64,
 }
 
-/// Every pair's observations.
-#[derive(Debug, Default)]
+/// Every pair's observations: per endpoint, a cell for each of its checks, in its order.
+/// The table is derived from the endpoints' own check lists, so it always matches them.
+#[derive(Debug)]
 pub(super) struct Slis {
-    cells: [[Cell; Check::ALL.len()]; Endpoint::ALL.len()],
+    cells: Vec<(Endpoint, Box<[Cell]>)>,
+}
+
+impl Default for Slis {
+    fn default() -> Self {
+        Slis {
+            cells: Endpoint::ALL
+                .iter()
+                .map(|&e| (e, e.checks().iter().map(|_| Cell::default()).collect()))
+                .collect(),
+        }
+    }
 }
 
 impl Slis {
-    /// `slis.ObserveHealthcheck`: one run of `check` by `endpoint`'s root handler.
-    pub(super) fn observe(&self, endpoint: Endpoint, check: Check, ok: bool) {
-        let cell = &self.cells[endpoint as usize][check as usize];
+    /// `slis.ObserveHealthcheck`: one run of the check at `position` in `endpoint`'s list
+    /// by its root handler.
+    pub(super) fn observe(&self, endpoint: Endpoint, position: usize, ok: bool) {
+        let Some(cell) = self
+            .cells
+            .iter()
+            .find(|(e, _)| *e == endpoint)
+            .and_then(|(_, cells)| cells.get(position))
+        else {
+            return;
+        };
         let (state, count) = if ok {
             (SUCCESS, &cell.success)
         } else {
@@ -58,12 +78,15 @@ pub struct SliCollector(pub(super) Arc<Slis>);
 impl Collector for SliCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // (name, type, cell) for every observed pair, sorted as Go's gatherer sorts.
-        let mut observed: Vec<(&str, &str, &Cell)> = Endpoint::ALL
+        let mut observed: Vec<(&str, &str, &Cell)> = self
+            .0
+            .cells
             .iter()
-            .flat_map(|&e| {
+            .flat_map(|(e, cells)| {
                 e.checks()
                     .iter()
-                    .map(move |&c| (c.name(), e.name(), &self.0.cells[e as usize][c as usize]))
+                    .zip(cells.iter())
+                    .map(move |(c, cell)| (c.name(), e.name(), cell))
             })
             .filter(|(_, _, cell)| cell.last.load(Ordering::Relaxed) != UNOBSERVED)
             .collect();
