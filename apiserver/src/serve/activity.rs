@@ -95,6 +95,8 @@ pub(super) struct Activity {
     state: Mutex<State>,
     /// Whether the client has sent any bytes after the TLS handshake ([`Activity::heard`]).
     heard: AtomicBool,
+    /// Whether HTTP/1.1 request heads are timed here ([`Activity::head_late`]).
+    heads: bool,
 }
 
 #[derive(Debug)]
@@ -105,25 +107,48 @@ struct State {
     idle_since: Instant,
     /// The HTTP/1.1 request being answered (one at a time on a connection).
     http1: Option<Arc<Deadline>>,
+    /// Since when an HTTP/1.1 request head is being read: the connection's start for the
+    /// first, then the first bytes that come while no request is in flight.
+    head_since: Option<Instant>,
 }
 
 impl Activity {
     /// A connection that starts, idle, at `now`.
     pub(super) fn new(now: Instant) -> Self {
+        Self::starting(now, false)
+    }
+
+    /// An HTTP/1.1 connection that starts at `now`, whose request heads are timed by
+    /// [`head_late`](Self::head_late): the first from `now`, each next one from its first
+    /// bytes.
+    pub(super) fn timing_heads(now: Instant) -> Self {
+        Self::starting(now, true)
+    }
+
+    fn starting(now: Instant, heads: bool) -> Self {
         Activity {
             state: Mutex::new(State {
                 in_flight: 0,
                 idle_since: now,
                 http1: None,
+                head_since: heads.then_some(now),
             }),
             heard: AtomicBool::new(false),
+            heads,
         }
     }
 
-    /// The client sent bytes over the connection (the h2 preface, a request head).
+    /// The client sent bytes over the connection (the h2 preface, a request head, a request
+    /// body). With no request in flight, they begin the next HTTP/1.1 head.
     pub(super) fn heard(&self) {
         if !self.heard.load(Ordering::Relaxed) {
             self.heard.store(true, Ordering::Relaxed);
+        }
+        if self.heads {
+            let mut state = self.state.lock();
+            if state.in_flight == 0 && state.head_since.is_none() {
+                state.head_since = Some(Instant::now());
+            }
         }
     }
 
@@ -143,6 +168,7 @@ impl Activity {
         state.in_flight += 1;
         if http1.is_some() {
             state.http1 = http1;
+            state.head_since = None;
         }
         InFlight {
             activity: self.clone(),
@@ -172,6 +198,32 @@ impl Activity {
             if next <= now {
                 return;
             }
+        }
+    }
+
+    /// Resolves once an HTTP/1.1 request head has been read for `timeout` without being
+    /// complete, exactly then (k8s.io/apiserver's `ReadHeaderTimeout`). It looks every
+    /// `timeout` while none is being read: a head that begins after one look is due no
+    /// earlier than the next. Never resolves for a connection that does not time heads.
+    ///
+    /// Go's server waits `IdleTimeout` for the first bytes of a keep-alive connection's next
+    /// request, and only then `ReadHeaderTimeout` for its head; hyper's own header timer
+    /// also runs while the connection waits, which would close an idle HTTP/1.1 connection
+    /// at 32 s instead of 90 s. Bytes read ahead while a request is in flight (pipelining)
+    /// start no timer: such a head is bounded by the idle timeout instead.
+    pub(super) async fn head_late(&self, timeout: Duration) {
+        if !self.heads {
+            return std::future::pending().await;
+        }
+        let timeout = timeout.max(Duration::from_millis(1));
+        loop {
+            let now = Instant::now();
+            let next = match self.state.lock().head_since {
+                Some(since) if since + timeout <= now => return,
+                Some(since) => since + timeout,
+                None => now + timeout,
+            };
+            tokio::time::sleep_until(next).await;
         }
     }
 
@@ -351,6 +403,58 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop(activity.begin(None));
         assert_eq!(idle.await.unwrap() - started, Duration::from_secs(150));
+    }
+
+    /// When `activity`'s HTTP/1.1 head is late at a header timeout of 32 s, from a task of
+    /// its own.
+    fn when_head_late(activity: &Arc<Activity>) -> tokio::task::JoinHandle<Instant> {
+        let activity = activity.clone();
+        tokio::spawn(async move {
+            activity.head_late(Duration::from_secs(32)).await;
+            Instant::now()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn heads_are_timed_from_the_start_then_from_the_first_bytes_after_a_request() {
+        let activity = Arc::new(Activity::timing_heads(Instant::now()));
+        let started = Instant::now();
+        // The first head is due 32 s after the start, bytes or not.
+        let late = when_head_late(&activity);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        activity.heard();
+        assert_eq!(late.await.unwrap() - started, Duration::from_secs(32));
+
+        // A head that completes stops the timer; bytes read while the request is in flight
+        // (its body) start none; the connection then waits for its next request untimed.
+        let activity = Arc::new(Activity::timing_heads(Instant::now()));
+        let late = when_head_late(&activity);
+        let request = activity.begin(Some(Arc::new(Deadline::new(
+            Instant::now() + Duration::from_secs(60),
+        ))));
+        activity.heard();
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        drop(request);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert!(
+            !late.is_finished(),
+            "an idle keep-alive connection is not late"
+        );
+        // The next head's first bytes start its 32 s.
+        let first_bytes = Instant::now();
+        activity.heard();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        activity.heard();
+        assert_eq!(late.await.unwrap() - first_bytes, Duration::from_secs(32));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_does_not_time_heads_is_never_late() {
+        let activity = Arc::new(Activity::new(Instant::now()));
+        let late = when_head_late(&activity);
+        activity.heard();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!late.is_finished());
     }
 
     #[tokio::test(start_paused = true)]

@@ -160,7 +160,20 @@ pub(super) async fn serve(
     // Cancelled when this function returns: the connection's h2 stream tasks end with it.
     let closed = CancellationToken::new();
     let _closed = closed.clone().drop_guard();
-    let activity = Arc::new(Activity::new(Instant::now()));
+    // HTTP/1.1 request heads are timed by the connection's activity, not by hyper, whose
+    // timer also runs while a keep-alive connection waits for its next request (see
+    // `Activity::head_late`). A client that named no protocol is left to hyper: its first
+    // bytes may be h2's preface.
+    let time_heads = match alpn.as_deref() {
+        Some(b"h2") => false,
+        Some(_) => true,
+        None => !config.http2,
+    };
+    let activity = Arc::new(if time_heads {
+        Activity::timing_heads(Instant::now())
+    } else {
+        Activity::new(Instant::now())
+    });
     let streams = Streams::new(closed);
     // Set by the service when a request draws `--goaway-chance`: the connection closes
     // gracefully after the requests in flight.
@@ -218,7 +231,7 @@ pub(super) async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout)
+        .header_read_timeout((!time_heads).then_some(config.header_read_timeout))
         // The read buffer bounds the head's memory: one that fills it unparsed gets hyper's
         // 431. A read can take it past the limit, so the service checks the parsed head's
         // size too. (The buffer also bounds the response bytes queued for writing.)
@@ -272,6 +285,7 @@ pub(super) async fn serve(
         shutdown: &shutdown,
         goaway: &goaway,
         idle_timeout: config.idle_timeout,
+        header_read_timeout: config.header_read_timeout,
         request_timeout: config.request_timeout,
         remote,
     };
@@ -289,6 +303,9 @@ struct Watch<'a> {
     shutdown: &'a CancellationToken,
     goaway: &'a tokio::sync::Notify,
     idle_timeout: Duration,
+    /// An HTTP/1.1 head not complete this long after it began ends the connection, unanswered
+    /// (for a connection whose activity times heads).
+    header_read_timeout: Duration,
     request_timeout: Duration,
     remote: SocketAddr,
 }
@@ -327,6 +344,7 @@ where
         shutdown,
         goaway,
         idle_timeout,
+        header_read_timeout,
         request_timeout,
         remote,
     } = watch;
@@ -364,6 +382,10 @@ where
             }
             () = unconstrained(activity.silent_at(first_bytes_by)), if !closing => {
                 tracing::debug!(%remote, "the client sent nothing after the TLS handshake; dropping the connection");
+                return Ended::TooLate;
+            }
+            () = unconstrained(activity.head_late(header_read_timeout)) => {
+                tracing::debug!(%remote, "HTTP/1.1 request head not complete within the header timeout; closing the connection unanswered");
                 return Ended::TooLate;
             }
             () = unconstrained(activity.http1_cut(request_timeout)) => {
@@ -606,6 +628,7 @@ mod tests {
                         shutdown: &shutdown,
                         goaway: &goaway,
                         idle_timeout: Duration::from_secs(90),
+                        header_read_timeout: Duration::from_secs(32),
                         request_timeout: Duration::from_secs(60),
                         remote: SocketAddr::from(([127, 0, 0, 1], 1)),
                     };

@@ -70,9 +70,10 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// An HTTP/1.1 request head that takes longer ends the connection without an answer, as
     /// Go's server does at k8s.io/apiserver's `ReadHeaderTimeout` (32 s): a timeout is a
-    /// "common net read error" it does not reply to. hyper counts it from when the
-    /// connection starts waiting for the head, so it also bounds an idle HTTP/1.1
-    /// keep-alive connection (Go waits `IdleTimeout` for the first byte, then this).
+    /// "common net read error" it does not reply to. As in Go, it counts the first head
+    /// from the connection's start and each next one from its first bytes: a keep-alive
+    /// connection waits for those under [`Config::idle_timeout`]. (A client that named no
+    /// protocol in ALPN, when h2 is on, has hyper's timer, which also runs while it waits.)
     pub header_read_timeout: Duration,
     /// An h2 connection whose client has sent nothing (not even the connection preface) this
     /// long after the TLS handshake is dropped: 10 s, Go's `http2` server's `prefaceTimeout`.
