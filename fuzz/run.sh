@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-TARGETS=(resource_parse summary_parse gunzip selectors quantity accept requestheader)
+TARGETS=(resource_parse summary_parse gunzip selectors quantity accept requestheader yaml)
 target=${1:-all}
 seconds=${2:-600}
 
@@ -24,7 +24,7 @@ case "$target" in
   resource_parse) dict=prometheus; fixtures='metrics-resource-*.txt' ;;
   summary_parse) dict=summary; fixtures='stats-summary-*.json' ;;
   selectors | accept | requestheader) dict=$target ;;
-  quantity | gunzip) ;;
+  quantity | gunzip | yaml) ;;
   *) echo "unknown target $target (one of: ${TARGETS[*]}, all)" >&2; exit 2 ;;
 esac
 

@@ -366,8 +366,8 @@ impl Status {
         self.into_format(Format::Json)
     }
 
-    /// The HTTP response in the serializer the request's `Accept` header prefers among JSON
-    /// and protobuf (JSON when it accepts neither).
+    /// The HTTP response in the serializer the request's `Accept` header prefers among JSON,
+    /// YAML and protobuf (JSON when it accepts none).
     pub fn into_response_for(self, accept: Option<&str>) -> Response<Body> {
         let format = accept::negotiate_status(accept);
         self.into_format(format)
@@ -386,6 +386,7 @@ impl Status {
         let retry = self.details.as_ref().and_then(|d| d.retry_after_seconds);
         let body = match format {
             Format::Json => self.to_json(),
+            Format::Yaml => crate::api::yaml::document_from_json(&self.to_json()),
             Format::Protobuf => self.to_protobuf(),
         };
         let mut response = Response::new(crate::body::full(Bytes::from(body)));

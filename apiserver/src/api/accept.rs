@@ -1,6 +1,7 @@
 //! `Accept` negotiation as the generic apiserver does it (`goautoneg.ParseAccept` +
-//! `negotiation.NegotiateMediaTypeOptions`) over our serializers, in kube-apiserver's order:
-//! JSON (the default for `*/*`), then protobuf. Discovery documents have JSON only.
+//! `negotiation.NegotiateMediaTypeOptions`) over our serializers, in the order of
+//! k8s.io/apimachinery's `CodecFactory`: JSON (the default for `*/*`), YAML, protobuf.
+//! Discovery documents have JSON and YAML.
 
 /// One media range of an `Accept` header.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,6 +92,8 @@ impl MetaVersion {
 pub enum Format {
     /// `application/json`.
     Json,
+    /// `application/yaml`: the JSON turned into YAML as sigs.k8s.io/yaml does ([`super::yaml`]).
+    Yaml,
     /// `application/vnd.kubernetes.protobuf` (the `k8s\0` + `runtime.Unknown` envelope).
     Protobuf,
 }
@@ -100,6 +103,7 @@ impl Format {
     pub fn content_type(self) -> &'static str {
         match self {
             Format::Json => "application/json",
+            Format::Yaml => "application/yaml",
             Format::Protobuf => PROTOBUF,
         }
     }
@@ -108,6 +112,7 @@ impl Format {
     fn subtype(self) -> &'static str {
         match self {
             Format::Json => "json",
+            Format::Yaml => "yaml",
             Format::Protobuf => "vnd.kubernetes.protobuf",
         }
     }
@@ -142,21 +147,29 @@ pub enum Endpoint {
     AggregatedDiscovery,
 }
 
-/// The message of the 406 Status on a JSON-only document (discovery).
-pub const NOT_ACCEPTABLE: &str = "only the following media types are accepted: application/json";
+/// The message of the 406 Status on a discovery document.
+pub const NOT_ACCEPTABLE: &str =
+    "only the following media types are accepted: application/json, application/yaml";
 
 /// The message of the 406 Status on NodeMetrics / PodMetrics.
-pub const NOT_ACCEPTABLE_RESOURCE: &str = "only the following media types are accepted: application/json, application/vnd.kubernetes.protobuf";
+pub const NOT_ACCEPTABLE_RESOURCE: &str = "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf";
 
-/// The serializers of discovery documents.
+/// The serializer of the aggregated discovery document.
 const JSON_ONLY: &[Format] = &[Format::Json];
-/// The serializers of NodeMetrics / PodMetrics and of Status, in kube-apiserver's order.
-const ALL: &[Format] = &[Format::Json, Format::Protobuf];
+/// The serializers of the other discovery documents.
+const DOCUMENT: &[Format] = &[Format::Json, Format::Yaml];
+/// The serializers of NodeMetrics / PodMetrics and of Status, in the `CodecFactory`'s order.
+const ALL: &[Format] = &[Format::Json, Format::Yaml, Format::Protobuf];
 
 /// The first acceptable media range's target for a JSON-only document, or `None` (406).
 /// An absent or empty header means JSON.
 pub fn negotiate(header: Option<&str>, endpoint: Endpoint) -> Option<Target> {
     negotiate_in(header, endpoint, JSON_ONLY).map(|(_, target)| target)
+}
+
+/// The serializer of a discovery document (no conversion), or `None` (406).
+pub fn negotiate_document(header: Option<&str>) -> Option<Format> {
+    negotiate_in(header, Endpoint::Plain, DOCUMENT).map(|(format, _)| format)
 }
 
 /// The serializer and target of a NodeMetrics / PodMetrics response, or `None` (406).
@@ -201,8 +214,7 @@ fn negotiate_in(
 }
 
 /// `acceptMediaTypeOptions` + `AllowsMediaTypeTransform` (`endpoints/handlers/rest.go`):
-/// Table only as JSON (or YAML, which we do not serve), PartialObjectMetadata in any
-/// serializer.
+/// Table only as JSON or YAML, PartialObjectMetadata in any serializer.
 fn accept_options(range: &MediaRange<'_>, endpoint: Endpoint, format: Format) -> Option<Target> {
     if let Some(stream) = range.param("stream")
         && !stream.is_empty()
@@ -239,7 +251,7 @@ fn accept_options(range: &MediaRange<'_>, endpoint: Endpoint, format: Format) ->
                 _ => return None,
             };
             match kind {
-                "Table" => (format == Format::Json).then_some(Target::Table(v)),
+                "Table" => (format != Format::Protobuf).then_some(Target::Table(v)),
                 "PartialObjectMetadata" => Some(Target::Partial(v)),
                 "PartialObjectMetadataList" => Some(Target::PartialList(v)),
                 _ => None,
@@ -392,7 +404,22 @@ mod tests {
                 None,
             ),
             ("application/vnd.kubernetes.protobuf;stream=other", None),
-            ("application/yaml", None),
+            ("application/yaml", Some((Format::Yaml, Target::Object))),
+            (
+                "application/yaml, application/json",
+                Some((Format::Yaml, Target::Object)),
+            ),
+            ("application/*", json),
+            (
+                "application/yaml;as=Table;v=v1;g=meta.k8s.io",
+                Some((Format::Yaml, Target::Table(MetaVersion::V1))),
+            ),
+            (
+                "application/yaml;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io",
+                Some((Format::Yaml, Target::PartialList(MetaVersion::V1beta1))),
+            ),
+            ("text/yaml", None),
+            ("application/x-yaml", None),
         ] {
             assert_eq!(negotiate_resource(Some(h)), want, "{h}");
         }
@@ -413,7 +440,9 @@ mod tests {
                 "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
                 Format::Json,
             ),
-            ("application/yaml", Format::Json),
+            ("application/yaml", Format::Yaml),
+            ("application/yaml;as=Table;v=v1;g=meta.k8s.io", Format::Json),
+            ("text/yaml", Format::Json),
             ("*/*", Format::Json),
             ("", Format::Json),
         ] {

@@ -1,6 +1,7 @@
 //! Streaming list bodies: items are encoded lazily, about [`CHUNK_BYTES`] per frame, as the
 //! client reads, so a 150,000-pod list never exists as one buffer.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -31,6 +32,15 @@ pub type WarmItem<T> = fn(&T);
 /// independent, so their cache misses overlap instead of following each other.
 pub const WARM_BATCH: usize = 32;
 
+/// How the bytes an item's writer writes become the document's.
+enum Form {
+    /// As written, after the separator that precedes every item but the first: JSON's
+    /// comma, or nothing (protobuf's repeated field).
+    Separated(&'static [u8]),
+    /// Written as JSON into `json`, then as an entry of a YAML block sequence.
+    Yaml { json: Vec<u8> },
+}
+
 /// A list: `head`, the items (separated by commas in JSON), `tail`.
 pub struct ListBody<T> {
     head: Vec<u8>,
@@ -42,8 +52,8 @@ pub struct ListBody<T> {
     /// The current frame's written items, dropped together at its end (kept for its
     /// capacity between frames).
     written: Vec<T>,
-    tail: &'static [u8],
-    separator: &'static [u8],
+    tail: Cow<'static, [u8]>,
+    form: Form,
     ctx: Ctx,
     write: WriteItem<T>,
     warm: WarmItem<T>,
@@ -65,7 +75,7 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
     pub fn new(
         head: Vec<u8>,
         items: Vec<T>,
-        tail: &'static [u8],
+        tail: impl Into<Cow<'static, [u8]>>,
         ctx: Ctx,
         write: WriteItem<T>,
     ) -> Self {
@@ -74,8 +84,8 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
             items: items.into_iter(),
             next: 0,
             written: Vec::new(),
-            tail,
-            separator: b",",
+            tail: tail.into(),
+            form: Form::Separated(b","),
             ctx,
             write,
             warm: |_| {},
@@ -95,7 +105,15 @@ impl<T: Send + Sync + Unpin + 'static> ListBody<T> {
     /// Items follow each other with nothing between them (protobuf's repeated field),
     /// instead of JSON's comma.
     pub fn without_separator(mut self) -> Self {
-        self.separator = b"";
+        self.form = Form::Separated(b"");
+        self
+    }
+
+    /// Each item, written as JSON by the item writer, becomes an entry of a YAML block
+    /// sequence at column 0 ([`super::yaml::entry_from_json`]): `head` ends with the key
+    /// the sequence is the value of.
+    pub fn as_yaml(mut self) -> Self {
+        self.form = Form::Yaml { json: Vec::new() };
         self
     }
 
@@ -131,17 +149,26 @@ impl<T: Send + Sync + Unpin + 'static> Frames for ListBody<T> {
                     .take(WARM_BATCH)
                     .for_each(self.warm);
             }
-            if self.next > 0 {
-                out.extend_from_slice(self.separator);
+            match &mut self.form {
+                Form::Separated(separator) => {
+                    if self.next > 0 {
+                        out.extend_from_slice(separator);
+                    }
+                    (self.write)(out, &self.ctx, &item);
+                }
+                Form::Yaml { json } => {
+                    json.clear();
+                    (self.write)(json, &self.ctx, &item);
+                    super::yaml::entry_from_json(out, json);
+                }
             }
-            (self.write)(out, &self.ctx, &item);
             written.push(item);
             self.next += 1;
         }
         written.clear();
         self.written = written;
         if self.items.as_slice().is_empty() {
-            out.extend_from_slice(self.tail);
+            out.extend_from_slice(&self.tail);
             self.done = true;
             // Release the item buffers as soon as everything is written.
             self.items = Vec::new().into_iter();

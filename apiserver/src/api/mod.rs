@@ -31,6 +31,7 @@ pub mod routes;
 pub mod scratch;
 mod stream;
 pub mod time;
+pub mod yaml;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -39,6 +40,10 @@ mod tests;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod proto_tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod yaml_tests;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -861,9 +866,15 @@ fn unless_not_modified(
     }
 }
 
-/// A discovery document with plain negotiation (406 when JSON is not acceptable).
+/// A discovery document with plain negotiation: its JSON, or that in YAML (406 when neither
+/// is acceptable).
 fn plain(accept: Option<&str>, body: &Bytes) -> Response<Body> {
-    match accept::negotiate(accept, Endpoint::Plain) {
+    match accept::negotiate_document(accept) {
+        Some(Format::Yaml) => response(
+            StatusCode::OK,
+            Format::Yaml.content_type(),
+            crate::body::full(yaml::document_from_json(body)),
+        ),
         Some(_) => json_response(crate::body::full(body.clone())),
         None => not_acceptable(),
     }

@@ -1,5 +1,6 @@
 //! Shaping a NodeMetrics / PodMetrics answer in the negotiated form: the object, its Table or
-//! PartialObjectMetadata, in JSON or protobuf, single objects buffered and lists streamed.
+//! PartialObjectMetadata, in JSON, YAML or protobuf, single objects buffered and lists
+//! streamed.
 
 use http::{Response, StatusCode};
 
@@ -53,7 +54,21 @@ pub(super) fn single(
         }
     }
     out.push(b'\n');
-    json_response(crate::body::full(out))
+    whole(format, out)
+}
+
+/// A whole JSON document (ending in a newline) in the negotiated text format: as it is, or
+/// turned into YAML.
+fn whole(format: Format, json: Vec<u8>) -> Response<Body> {
+    if format == Format::Yaml {
+        let yaml = super::yaml::document_from_json(&json);
+        return response(
+            StatusCode::OK,
+            Format::Yaml.content_type(),
+            crate::body::full(yaml),
+        );
+    }
+    json_response(crate::body::full(json))
 }
 
 /// The 406 for `as=PartialObjectMetadataList` on a single object.
@@ -202,34 +217,52 @@ fn list_body<T: Send + Sync + Unpin + 'static>(
         );
     }
     let mut head = Vec::with_capacity(1024);
-    let (write, tail): (WriteItem<T>, &'static [u8]) = match target {
+    let (write, key): (WriteItem<T>, &str) = match target {
         Target::Object | Target::DiscoveryV2 => {
             list_head(&mut head, list_kind, ctx.api_version);
             head.push(b'[');
-            (json, b"]}\n")
+            (json, "items")
         }
         Target::PartialList(_) => {
             list_head(&mut head, "PartialObjectMetadataList", ctx.meta_api_version);
             if items.is_empty() {
                 head.extend_from_slice(b"null}\n");
-                return json_response(crate::body::full(head));
+                return whole(format, head);
             }
             head.push(b'[');
-            (partial, b"]}\n")
+            (partial, "items")
         }
         Target::Partial(_) => return not_an_object(go_type, accept),
         Target::Table(_) => {
             if items.is_empty() {
                 table_head(&mut head, &ctx, false);
                 head.push(b'\n');
-                return json_response(crate::body::full(head));
+                return whole(format, head);
             }
             table_head(&mut head, &ctx, true);
-            (row, b"]}\n")
+            (row, "rows")
         }
     };
+    if format == Format::Yaml {
+        // The document without its items (`"items":[]`), in YAML up to the items' key and
+        // after it; the items go between as a block sequence, streamed like JSON's.
+        head.extend_from_slice(b"]}");
+        if items.is_empty() {
+            head.push(b'\n');
+            return whole(format, head);
+        }
+        let (head, tail) = super::yaml::list_parts(&head, key);
+        let body = ListBody::new(head, items, tail, ctx, write)
+            .warming(warm)
+            .as_yaml();
+        return response(
+            StatusCode::OK,
+            Format::Yaml.content_type(),
+            body.into_body(),
+        );
+    }
     json_response(
-        ListBody::new(head, items, tail, ctx, write)
+        ListBody::new(head, items, &b"]}\n"[..], ctx, write)
             .warming(warm)
             .into_body(),
     )
