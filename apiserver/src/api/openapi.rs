@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
+use super::accept;
 use super::discovery::hash_hex;
 use super::routes::Version;
 
@@ -218,10 +219,26 @@ fn paths(v: Version, refs: &str, v3: bool, out: &mut Map<String, Value>) {
         Version::V1 => "V1",
         Version::V1beta1 => "V1beta1",
     };
-    let response = |kind: &str| {
+    // What the installer declares (`MediaTypesForSerializer` of the `CodecFactory`): JSON,
+    // YAML and protobuf; a list also the watch streams (none is served: there is no watch).
+    let produces = |list: bool| {
+        let mut types = vec!["application/json", "application/yaml", accept::PROTOBUF];
+        if list {
+            types.extend([
+                "application/json;stream=watch",
+                "application/vnd.kubernetes.protobuf;stream=watch",
+            ]);
+        }
+        types
+    };
+    let response = |kind: &str, list: bool| {
         let schema = json!({"$ref": format!("{refs}{}", model(v, kind))});
         if v3 {
-            json!({"200": {"description": "OK", "content": {"application/json": {"schema": schema}}}, "401": {"description": "Unauthorized"}})
+            let content: Map<String, Value> = produces(list)
+                .into_iter()
+                .map(|t| (t.to_owned(), json!({"schema": schema})))
+                .collect();
+            json!({"200": {"description": "OK", "content": content}, "401": {"description": "Unauthorized"}})
         } else {
             json!({"200": {"description": "OK", "schema": schema}, "401": {"description": "Unauthorized"}})
         }
@@ -253,15 +270,16 @@ fn paths(v: Version, refs: &str, v3: bool, out: &mut Map<String, Value>) {
         ]
     };
     let op = |action: &str, kind: &str, id: String, response_kind: &str| {
+        let list = action == "list";
         let mut o = json!({
             "operationId": id,
             "tags": [tag.clone()],
-            "responses": response(response_kind),
+            "responses": response(response_kind, list),
             "x-kubernetes-action": action,
             "x-kubernetes-group-version-kind": {"group": "metrics.k8s.io", "kind": kind, "version": v.as_str()},
         });
         if !v3 && let Some(m) = o.as_object_mut() {
-            m.insert("produces".into(), json!(["application/json"]));
+            m.insert("produces".into(), json!(produces(list)));
             m.insert("schemes".into(), json!(["https"]));
         }
         o

@@ -1033,10 +1033,28 @@ fn openapi_v2_and_v3() {
                 [0]["version"],
             ver
         );
+        let list =
+            &v["paths"][format!("/apis/metrics.k8s.io/{ver}/namespaces/{{namespace}}/pods")]["get"];
+        assert_eq!(list["x-kubernetes-action"], "list");
+        // The media types the installer declares: every serializer, and for a list the
+        // watch streams too.
         assert_eq!(
-            v["paths"][format!("/apis/metrics.k8s.io/{ver}/namespaces/{{namespace}}/pods")]["get"]
-                ["x-kubernetes-action"],
-            "list"
+            list["produces"],
+            serde_json::json!([
+                "application/json",
+                "application/yaml",
+                "application/vnd.kubernetes.protobuf",
+                "application/json;stream=watch",
+                "application/vnd.kubernetes.protobuf;stream=watch"
+            ])
+        );
+        assert_eq!(
+            v["paths"][format!("/apis/metrics.k8s.io/{ver}/nodes/{{name}}")]["get"]["produces"],
+            serde_json::json!([
+                "application/json",
+                "application/yaml",
+                "application/vnd.kubernetes.protobuf"
+            ])
         );
     }
     for name in [
@@ -1083,6 +1101,19 @@ fn openapi_v2_and_v3() {
         assert_eq!(
             doc["components"]["schemas"]["io.k8s.apimachinery.pkg.api.resource.Quantity"]["oneOf"],
             serde_json::json!([{"type": "string"}, {"type": "number"}])
+        );
+        let content =
+            doc["paths"][format!("/apis/metrics.k8s.io/{ver}/nodes/{{name}}")]["get"]["responses"]
+                ["200"]["content"]
+                .as_object()
+                .unwrap();
+        assert_eq!(
+            content.keys().collect::<Vec<_>>(),
+            [
+                "application/json",
+                "application/vnd.kubernetes.protobuf",
+                "application/yaml"
+            ]
         );
         let hash = url.split("hash=").nth(1).unwrap();
         assert_eq!(hash, discovery::hash_hex(&r.body));
