@@ -35,6 +35,13 @@ fn streamed(list: &Map<String, Value>) -> Vec<u8> {
     out
 }
 
+/// The document of `value` written as JSON text and read back, as the streamed list's items
+/// are (serde_json without `float_roundtrip` may read a float one ulp off the one it wrote,
+/// the same way whether the float stands alone or in a whole list).
+fn reparsed(value: &Value) -> Vec<u8> {
+    document_from_json(&serde_json::to_vec(value).unwrap_or_default())
+}
+
 fn document(value: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     write_document(&mut out, value);
@@ -58,18 +65,22 @@ fuzz_target!(|data: &[u8]| {
         }
         keys.sort_by(|a, b| key_order(a, b));
         let mut entries = Vec::new();
-        for key in keys {
-            write_entry(&mut entries, key, &map[key]);
+        for key in &keys {
+            write_entry(&mut entries, key, &map[key.as_str()]);
         }
         if !keys.is_empty() {
             assert_eq!(entries, whole, "entries");
         }
         if matches!(map.get("items"), Some(Value::Array(_))) {
-            assert_eq!(streamed(map), whole, "streamed");
+            assert_eq!(streamed(map), reparsed(&value), "streamed");
         }
     }
     let mut wrapped = Map::new();
     wrapped.insert("kind".to_owned(), json!("List"));
     wrapped.insert("items".to_owned(), json!([value.clone()]));
-    assert_eq!(streamed(&wrapped), document(&Value::Object(wrapped.clone())), "one item");
+    assert_eq!(
+        streamed(&wrapped),
+        reparsed(&Value::Object(wrapped.clone())),
+        "one item"
+    );
 });

@@ -156,13 +156,25 @@ impl Raw {
     }
 }
 
-/// One request on a new connection; `h2` picks the protocol by ALPN.
+/// One request for JSON on a new connection; `h2` picks the protocol by ALPN.
 async fn send(
     addr: SocketAddr,
     h2: bool,
     method: Method,
     path: &str,
     accept_encoding: Option<&str>,
+) -> Raw {
+    send_accepting(addr, h2, method, path, accept_encoding, "application/json").await
+}
+
+/// [`send`] with an `Accept` of its own.
+async fn send_accepting(
+    addr: SocketAddr,
+    h2: bool,
+    method: Method,
+    path: &str,
+    accept_encoding: Option<&str>,
+    accept: &str,
 ) -> Raw {
     let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
     let stream = Client::insecure()
@@ -179,7 +191,7 @@ async fn send(
             .header(header::HOST, "localhost")
     }
     .method(method)
-    .header(header::ACCEPT, "application/json");
+    .header(header::ACCEPT, accept);
     if let Some(v) = accept_encoding {
         request = request.header(header::ACCEPT_ENCODING, v);
     }
@@ -340,5 +352,36 @@ async fn head_gets_the_headers_of_get_and_no_body() {
             get.headers.get(header::CONTENT_LENGTH),
             "h2: {h2}"
         );
+    }
+}
+
+/// A long list asked as YAML is streamed like JSON's, frame by frame, gzipped when asked: the
+/// document is the JSON list's, turned into YAML whole.
+#[tokio::test]
+async fn a_large_list_in_yaml_is_streamed_and_gzipped() {
+    let stack = Stack::start().await;
+    let json = send(stack.addr, true, Method::GET, PODS, None)
+        .await
+        .bytes();
+    let want = apiserver::api::yaml::document_from_json(&json);
+    assert!(want.len() > 2 * apiserver::api::body::CHUNK_BYTES);
+    for h2 in [false, true] {
+        let yaml =
+            send_accepting(stack.addr, h2, Method::GET, PODS, None, "application/yaml").await;
+        assert_eq!(yaml.status, StatusCode::OK);
+        assert_eq!(yaml.headers[header::CONTENT_TYPE], "application/yaml");
+        assert!(yaml.frames.len() > 2, "{} frames", yaml.frames.len());
+        assert!(yaml.bytes() == want, "h2 {h2}: not the whole list's YAML");
+        let gzipped = send_accepting(
+            stack.addr,
+            h2,
+            Method::GET,
+            PODS,
+            Some("gzip"),
+            "application/yaml",
+        )
+        .await;
+        assert_eq!(gzipped.encoding(), Some("gzip"));
+        assert!(gzipped.gunzipped() == want, "h2 {h2}: gzip");
     }
 }
