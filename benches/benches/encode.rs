@@ -801,7 +801,7 @@ fn owned_prost_list(m: &Memory) -> Vec<u8> {
 /// each list's wall time and this thread's CPU time (`/proc/thread-self/schedstat`, which
 /// some kernels count in scheduler ticks: wall is the finer figure on an idle core); as JSON, or
 /// as protobuf with `ENCODE_FORMAT=protobuf` (`ENCODE_FORMAT=prost-owned`: the owned-struct
-/// encoder); with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the
+/// encoder), as YAML with `ENCODE_FORMAT=yaml`; with `ENCODE_SOURCE=store` through the real Inventory + Store instead of the
 /// fake, and with `ENCODE_GZIP=<level>` gzip-encoded at that level. `ENCODE_NODES=<n>` sizes
 /// the cluster (30 pods per node; 5,000 unless set): a small one stays in the caches, so the
 /// per-pod time of the two sizes tells the list's compute from its memory misses.
@@ -837,6 +837,7 @@ fn main() {
         let format = std::env::var("ENCODE_FORMAT").unwrap_or_default();
         let accept = match format.as_str() {
             "protobuf" => CLIENT_GO,
+            "yaml" => "application/yaml",
             _ => "application/json",
         };
         if format == "prost-owned" {

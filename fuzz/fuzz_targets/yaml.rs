@@ -2,7 +2,7 @@
 //! it from a writer, turned into YAML as sigs.k8s.io/yaml's `JSONToYAML` does.
 //!
 //! The input is a JSON document (inputs that are not JSON are skipped: every writer's JSON
-//! parses). Beyond "no panic": the output ends in a newline unless empty; a list streamed
+//! parses). Beyond "no panic": the output is UTF-8 and ends with a line break; a list streamed
 //! item by item (`list_parts` around `entry_from_json` per item, as `ListBody::as_yaml`
 //! writes it) is the document of the whole list, for the input's arrays under `items`
 //! (and, wrapped, for the input itself as one item); `write_entry` of each key of an object
@@ -54,7 +54,16 @@ fuzz_target!(|data: &[u8]| {
     };
     let whole = document_from_json(data);
     assert_eq!(whole, document(&value));
-    assert!(whole.ends_with(b"\n"), "{whole:?}");
+    // UTF-8, ending with a line break: `\n`, or the break a literal block's text ends with
+    // (CR, NEL, LS, PS), which go-yaml writes as it is.
+    let text = std::str::from_utf8(&whole).expect("UTF-8");
+    assert!(
+        matches!(
+            text.chars().last(),
+            Some('\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
+        ),
+        "{text:?}"
+    );
 
     if let Value::Object(map) = &value {
         // Each entry as the document writes it, in go-yaml's key order (a total order for
