@@ -114,6 +114,16 @@ fn a_streamed_list_is_the_yaml_of_the_whole_json() {
         "/apis/metrics.k8s.io/v1/namespaces/web/pods",
         "/apis/metrics.k8s.io/v1/namespaces/web/pods?labelSelector=app%3Dweb",
     ] {
+        let r = get_with(&h, path, YAML);
+        // Frames an eighth of JSON's: a YAML item costs ~20 times more to write, and a frame
+        // is written in one go on the task's worker.
+        let (frame, _) = super::body::YAML_FRAME;
+        assert!(r.frames > 2, "{path}: {} frames", r.frames);
+        assert!(
+            r.largest_frame <= frame + super::body::FRAME_SLACK_BYTES,
+            "{path}: {}",
+            r.largest_frame
+        );
         let streamed = yaml_of(&h, path);
         assert_eq!(
             streamed,
