@@ -182,7 +182,7 @@ impl<T: Send + Sync + Unpin + 'static> Frames for ListBody<T> {
 
     fn frame(&self) -> (usize, usize) {
         match self.form {
-            Form::Separated(_) => (CHUNK_BYTES, BUDGET_PER_FRAME),
+            Form::Separated(_) => FRAME,
             Form::Yaml { .. } => YAML_FRAME,
         }
     }
@@ -194,17 +194,21 @@ pub trait Frames: Send + Sync + Unpin + 'static {
     fn fill(&mut self, out: &mut Vec<u8>, target: usize);
     /// Whether the document has ended.
     fn done(&self) -> bool;
-    /// The size of a frame and what writing it takes of the task's budget: [`CHUNK_BYTES`]
-    /// and [`BUDGET_PER_FRAME`] unless the bytes cost more to write.
+    /// The size of a frame and what writing it takes of the task's budget: [`FRAME`] unless
+    /// the bytes cost more to write.
     fn frame(&self) -> (usize, usize) {
-        (CHUNK_BYTES, BUDGET_PER_FRAME)
+        FRAME
     }
 }
 
-/// A YAML list's frame: its items cost ~20 times JSON's to write (each item's JSON is read
-/// back and written again as YAML: ~2.1 s against ~0.1 s for 150,000 pods, BENCHMARKS.md),
-/// so its frames are an eighth of JSON's and take twice the budget. A turn of its task then
-/// writes two frames, ~2.5 ms of work, instead of holding its worker for tens of ms.
+/// A frame's size and what writing it takes of the task's budget.
+pub const FRAME: (usize, usize) = (CHUNK_BYTES, BUDGET_PER_FRAME);
+
+/// A YAML list's frame: its items cost ~15-20 times JSON's to write (each item's JSON is read
+/// back and written again as YAML: 1.2-2.2 s against 63-90 ms for 150,000 pods,
+/// BENCHMARKS.md, "YAML lists"), so its frames are an eighth of JSON's and take twice the
+/// budget. A turn of its task then writes two frames, ~2.5 ms of work, instead of holding its
+/// worker for tens of ms.
 pub const YAML_FRAME: (usize, usize) = (CHUNK_BYTES / 8, 2 * BUDGET_PER_FRAME);
 
 /// Room past [`CHUNK_BYTES`] in a frame's buffer for the item (or batch of items) that

@@ -870,12 +870,7 @@ fn unless_not_modified(
 /// is acceptable).
 fn plain(accept: Option<&str>, body: &Bytes) -> Response<Body> {
     match accept::negotiate_document(accept) {
-        Some(Format::Yaml) => response(
-            StatusCode::OK,
-            Format::Yaml.content_type(),
-            crate::body::full(yaml::document_from_json(body)),
-        ),
-        Some(_) => json_response(crate::body::full(body.clone())),
+        Some(format) => respond::whole(format, body.clone()),
         None => not_acceptable(),
     }
 }

@@ -2,6 +2,7 @@
 //! PartialObjectMetadata, in JSON, YAML or protobuf, single objects buffered and lists
 //! streamed.
 
+use bytes::Bytes;
 use http::{Response, StatusCode};
 
 use super::accept::{self, Format, Target};
@@ -58,8 +59,9 @@ pub(super) fn single(
 }
 
 /// A whole JSON document (ending in a newline) in the negotiated text format: as it is, or
-/// turned into YAML.
-fn whole(format: Format, json: Vec<u8>) -> Response<Body> {
+/// turned into YAML. (Protobuf is written by its own writers.)
+pub(super) fn whole(format: Format, json: impl Into<Bytes>) -> Response<Body> {
+    let json = json.into();
     if format == Format::Yaml {
         let yaml = super::yaml::document_from_json(&json);
         return response(

@@ -152,8 +152,13 @@ impl Activity {
         }
     }
 
-    /// Resolves at `at` if the client has sent nothing by then; never otherwise.
+    /// Resolves at `at` if the client has sent nothing by then; never otherwise. Never for a
+    /// connection that times heads: its first head's timer, from the start, bounds its first
+    /// bytes too ([`head_late`](Self::head_late)).
     pub(super) async fn silent_at(&self, at: Instant) {
+        if self.heads {
+            return std::future::pending().await;
+        }
         tokio::time::sleep_until(at).await;
         if self.heard.load(Ordering::Relaxed) {
             std::future::pending::<()>().await;
@@ -362,22 +367,37 @@ where
 mod tests {
     use super::*;
 
-    /// When `activity` has been idle for `idle`, from a task of its own.
-    fn when_idle(activity: &Arc<Activity>, idle: Duration) -> tokio::task::JoinHandle<Instant> {
-        let activity = activity.clone();
+    /// When `watch` of `activity` resolves, from a task of its own.
+    fn when<F>(
+        activity: &Arc<Activity>,
+        watch: impl FnOnce(Arc<Activity>) -> F,
+    ) -> tokio::task::JoinHandle<Instant>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let watching = watch(activity.clone());
         tokio::spawn(async move {
-            activity.idle_for(idle).await;
+            watching.await;
             Instant::now()
         })
     }
 
-    /// When `activity`'s HTTP/1.1 response is cut (looking every minute when there is none),
-    /// from a task of its own.
+    /// When `activity` has been idle for `idle`.
+    fn when_idle(activity: &Arc<Activity>, idle: Duration) -> tokio::task::JoinHandle<Instant> {
+        when(activity, |a| async move { a.idle_for(idle).await })
+    }
+
+    /// When `activity`'s HTTP/1.1 response is cut (looking every minute when there is none).
     fn when_cut(activity: &Arc<Activity>) -> tokio::task::JoinHandle<Instant> {
-        let activity = activity.clone();
-        tokio::spawn(async move {
-            activity.http1_cut(Duration::from_secs(60)).await;
-            Instant::now()
+        when(activity, |a| async move {
+            a.http1_cut(Duration::from_secs(60)).await
+        })
+    }
+
+    /// When `activity`'s HTTP/1.1 head is late at a header timeout of 32 s.
+    fn when_head_late(activity: &Arc<Activity>) -> tokio::task::JoinHandle<Instant> {
+        when(activity, |a| async move {
+            a.head_late(Duration::from_secs(32)).await
         })
     }
 
@@ -403,16 +423,6 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(60)).await;
         drop(activity.begin(None));
         assert_eq!(idle.await.unwrap() - started, Duration::from_secs(150));
-    }
-
-    /// When `activity`'s HTTP/1.1 head is late at a header timeout of 32 s, from a task of
-    /// its own.
-    fn when_head_late(activity: &Arc<Activity>) -> tokio::task::JoinHandle<Instant> {
-        let activity = activity.clone();
-        tokio::spawn(async move {
-            activity.head_late(Duration::from_secs(32)).await;
-            Instant::now()
-        })
     }
 
     #[tokio::test(start_paused = true)]

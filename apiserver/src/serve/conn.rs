@@ -268,6 +268,7 @@ pub(super) async fn serve(
         None if !config.http2 => builder.http1_only(),
         None => builder,
     };
+    // For a connection that times heads, the first head's timer bounds its first bytes.
     let first_bytes_by = Instant::now()
         + match alpn.as_deref() {
             Some(b"h2") => config.preface_timeout,
@@ -503,9 +504,10 @@ impl Drop for Socket {
     }
 }
 
-/// The TLS stream, telling the connection's [`Activity`] when the client's first plaintext
-/// bytes are read (the h2 preface may have come with the handshake's last flight, so it is
-/// the plaintext that counts, not the socket).
+/// The TLS stream, telling the connection's [`Activity`] when the client's plaintext bytes
+/// are read: the first ones (the h2 preface may have come with the handshake's last flight,
+/// so it is the plaintext that counts, not the socket), and those that begin an HTTP/1.1
+/// request head.
 struct Heard<S> {
     inner: S,
     activity: Arc<Activity>,

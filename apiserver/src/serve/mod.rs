@@ -78,8 +78,8 @@ pub struct Config {
     /// An h2 connection whose client has sent nothing (not even the connection preface) this
     /// long after the TLS handshake is dropped: 10 s, Go's `http2` server's `prefaceTimeout`.
     /// Any other connection has [`Config::header_read_timeout`] for its first bytes, as in Go
-    /// (hyper times the head, but not the first bytes it reads to pick a protocol for a
-    /// client that named none).
+    /// (an HTTP/1.1 one as part of its first head; a client that named no protocol also
+    /// while the server reads its first bytes to pick one, which hyper does not time).
     pub preface_timeout: Duration,
     /// The request head limit, k8s.io/apiserver's `MaxHeaderBytes` (1 MiB), counted as Go
     /// counts it: an HTTP/1.1 head (request line, header lines) larger than this plus

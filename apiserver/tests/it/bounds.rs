@@ -395,8 +395,9 @@ async fn half_a_request_head_is_closed_unanswered_at_the_header_timeout() {
 }
 
 /// A client that completes the TLS handshake and then sends nothing is dropped: over h2
-/// at the preface timeout (Go's `prefaceTimeout`), otherwise at the header timeout, also
-/// when it named no protocol and the server waits for its first bytes to pick one.
+/// at the preface timeout (Go's `prefaceTimeout`), otherwise at the header timeout (over
+/// HTTP/1.1 its first head's), also when it named no protocol and the server waits for its
+/// first bytes to pick one.
 #[tokio::test]
 async fn a_client_silent_after_the_handshake_is_dropped() {
     let timeout = Duration::from_millis(300);
@@ -404,11 +405,17 @@ async fn a_client_silent_after_the_handshake_is_dropped() {
         config(|c| {
             c.preface_timeout = timeout;
             c.header_read_timeout = 2 * timeout;
+            // Past the patience: only the first-bytes and head timers can close in time.
+            c.idle_timeout = 2 * PATIENCE;
         }),
         0,
     )
     .await;
-    for (alpn, after_at_least) in [(&b"h2"[..], timeout), (b"", 2 * timeout)] {
+    for (alpn, after_at_least) in [
+        (&b"h2"[..], timeout),
+        (b"", 2 * timeout),
+        (b"http/1.1", 2 * timeout),
+    ] {
         let mut tls = connect(stack.addr, alpn, None).await;
         let (got, after) = read_until_closed(&mut tls).await;
         // An h2 server sends its SETTINGS without waiting for the client's preface.
