@@ -160,16 +160,13 @@ pub(super) async fn serve(
     // Cancelled when this function returns: the connection's h2 stream tasks end with it.
     let closed = CancellationToken::new();
     let _closed = closed.clone().drop_guard();
+    // h2 only when ALPN picked it, as Go's server (`TLSNextProto` is looked up by the
+    // negotiated protocol; a client that names none is read as HTTP/1.1).
+    let http2 = alpn.as_deref() == Some(b"h2");
     // HTTP/1.1 request heads are timed by the connection's activity, not by hyper, whose
     // timer also runs while a keep-alive connection waits for its next request (see
-    // `Activity::head_late`). A client that named no protocol is left to hyper: its first
-    // bytes may be h2's preface.
-    let time_heads = match alpn.as_deref() {
-        Some(b"h2") => false,
-        Some(_) => true,
-        None => !config.http2,
-    };
-    let activity = Arc::new(if time_heads {
+    // `Activity::head_late`).
+    let activity = Arc::new(if !http2 {
         Activity::timing_heads(Instant::now())
     } else {
         Activity::new(Instant::now())
@@ -231,7 +228,7 @@ pub(super) async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout((!time_heads).then_some(config.header_read_timeout))
+        .header_read_timeout(None)
         // The read buffer bounds the head's memory: one that fills it unparsed gets hyper's
         // 431. A read can take it past the limit, so the service checks the parsed head's
         // size too. (The buffer also bounds the response bytes queued for writing.)
@@ -262,18 +259,13 @@ pub(super) async fn serve(
         .max_send_buf_size(HTTP2_MAX_SEND_BUF_BYTES)
         .keep_alive_interval(HTTP2_KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
-    let builder = match alpn.as_deref() {
-        Some(b"h2") => builder.http2_only(),
-        Some(_) => builder.http1_only(),
-        None if !config.http2 => builder.http1_only(),
-        None => builder,
+    let builder = if http2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
     };
-    // For a connection that times heads, the first head's timer bounds its first bytes.
-    let first_bytes_by = Instant::now()
-        + match alpn.as_deref() {
-            Some(b"h2") => config.preface_timeout,
-            _ => config.header_read_timeout,
-        };
+    // For h2 (an HTTP/1.1 connection's first bytes are bounded by its first head's timer).
+    let first_bytes_by = Instant::now() + config.preface_timeout;
     let io = Heard {
         inner: tls,
         activity: activity.clone(),
@@ -298,7 +290,7 @@ pub(super) async fn serve(
 
 /// What bounds a connection while [`drive`] serves it.
 struct Watch<'a> {
-    /// A client that has sent nothing by then is dropped.
+    /// An h2 client that has sent nothing by then is dropped.
     first_bytes_by: Instant,
     activity: &'a Activity,
     shutdown: &'a CancellationToken,

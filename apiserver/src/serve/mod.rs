@@ -72,14 +72,12 @@ pub struct Config {
     /// Go's server does at k8s.io/apiserver's `ReadHeaderTimeout` (32 s): a timeout is a
     /// "common net read error" it does not reply to. As in Go, it counts the first head
     /// from the connection's start and each next one from its first bytes: a keep-alive
-    /// connection waits for those under [`Config::idle_timeout`]. (A client that named no
-    /// protocol in ALPN, when h2 is on, has hyper's timer, which also runs while it waits.)
+    /// connection waits for those under [`Config::idle_timeout`].
     pub header_read_timeout: Duration,
     /// An h2 connection whose client has sent nothing (not even the connection preface) this
     /// long after the TLS handshake is dropped: 10 s, Go's `http2` server's `prefaceTimeout`.
-    /// Any other connection has [`Config::header_read_timeout`] for its first bytes, as in Go
-    /// (an HTTP/1.1 one as part of its first head; a client that named no protocol also
-    /// while the server reads its first bytes to pick one, which hyper does not time).
+    /// An HTTP/1.1 connection has [`Config::header_read_timeout`] for its first bytes, as part
+    /// of its first head, as in Go.
     pub preface_timeout: Duration,
     /// The request head limit, k8s.io/apiserver's `MaxHeaderBytes` (1 MiB), counted as Go
     /// counts it: an HTTP/1.1 head (request line, header lines) larger than this plus

@@ -395,9 +395,8 @@ async fn half_a_request_head_is_closed_unanswered_at_the_header_timeout() {
 }
 
 /// A client that completes the TLS handshake and then sends nothing is dropped: over h2
-/// at the preface timeout (Go's `prefaceTimeout`), otherwise at the header timeout (over
-/// HTTP/1.1 its first head's), also when it named no protocol and the server waits for its
-/// first bytes to pick one.
+/// at the preface timeout (Go's `prefaceTimeout`), over HTTP/1.1 (also when it named no
+/// protocol) at its first head's header timeout.
 #[tokio::test]
 async fn a_client_silent_after_the_handshake_is_dropped() {
     let timeout = Duration::from_millis(300);
@@ -440,7 +439,8 @@ async fn a_client_silent_after_the_handshake_is_dropped() {
 
 /// As in Go's server, a keep-alive HTTP/1.1 connection waits for its next request under the
 /// idle timeout, not the header timeout (hyper's own header timer would close it at 32 s
-/// instead of 90 s); a head that has begun then has the header timeout.
+/// instead of 90 s); a head that has begun then has the header timeout. The same for a
+/// client that names no protocol in ALPN, which Go reads as HTTP/1.1.
 #[tokio::test]
 async fn a_keep_alive_http1_connection_waits_under_the_idle_timeout_and_then_times_the_head() {
     let header = Duration::from_millis(300);
@@ -453,7 +453,18 @@ async fn a_keep_alive_http1_connection_waits_under_the_idle_timeout_and_then_tim
         0,
     )
     .await;
-    let mut tls = connect(stack.addr, b"http/1.1", None).await;
+    for alpn in [&b"http/1.1"[..], b""] {
+        keep_alive_then_a_stalled_head(&stack, alpn, header, idle).await;
+    }
+}
+
+async fn keep_alive_then_a_stalled_head(
+    stack: &Stack,
+    alpn: &[u8],
+    header: Duration,
+    idle: Duration,
+) {
+    let mut tls = connect(stack.addr, alpn, None).await;
     let request = b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n";
     tls.write_all(request).await.unwrap();
     let answer = read_livez_answer(&mut tls).await;
@@ -472,9 +483,22 @@ async fn a_keep_alive_http1_connection_waits_under_the_idle_timeout_and_then_tim
     assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
     assert!(
         after >= header - Duration::from_millis(50) && after < idle,
-        "closed after {after:?}"
+        "{:?}: closed after {after:?}",
+        String::from_utf8_lossy(alpn)
     );
     stack.until("closed", |s| s.connections.open() == 0).await;
+}
+
+/// h2 over TLS is chosen by ALPN only, as in Go: a client that names no protocol and sends
+/// h2's preface anyway is read as HTTP/1.1 and gets no h2 answer.
+#[tokio::test]
+async fn h2_without_alpn_is_not_served() {
+    let stack = Stack::start(config(|_| {}), 0).await;
+    let (mut sender, _conn) = h2(connect(stack.addr, b"", None).await).await;
+    let answer = tokio::time::timeout(PATIENCE, sender.send_request(get("/livez", true, &[])))
+        .await
+        .expect("an answer or an error in time");
+    assert!(answer.is_err(), "{answer:?}");
 }
 
 /// Reads one `/livez` answer (its body is `ok`) off a raw HTTP/1.1 connection.

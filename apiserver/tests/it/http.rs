@@ -26,7 +26,7 @@ async fn alpn_picks_http1_or_h2() {
         (h1.status, h1.version, h1.body.as_str()),
         (StatusCode::OK, Version::HTTP_11, "ok")
     );
-    // No ALPN at all: HTTP/1.1 (or h2 prior knowledge) is detected.
+    // No ALPN at all: HTTP/1.1, as Go's server reads it (h2 over TLS only by ALPN).
     let none = Client::insecure()
         .alpn(&[])
         .get(server.addr, "/livez")
