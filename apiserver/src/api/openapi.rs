@@ -243,35 +243,49 @@ fn paths(v: Version, refs: &str, v3: bool, out: &mut Map<String, Value>) {
             json!({"200": {"description": "OK", "schema": schema}, "401": {"description": "Unauthorized"}})
         }
     };
-    let param = |name: &str, description: &str| {
-        if v3 {
-            json!({"name": name, "in": "query", "description": description, "schema": {"type": "string", "uniqueItems": true}})
-        } else {
-            json!({"name": name, "in": "query", "description": description, "type": "string", "uniqueItems": true})
+    // The parameters of a path, all at the path's level as kube-openapi hoists the ones every
+    // operation shares (one GET here), sorted by name as it sorts them.
+    let param = |name: &str, place: &str, kind: &str, description: &str| {
+        let mut p = json!({"name": name, "in": place, "description": description});
+        if place == "path" {
+            p["required"] = json!(true);
         }
-    };
-    let path_param = |name: &str, description: &str| {
         if v3 {
-            json!({"name": name, "in": "path", "required": true, "description": description, "schema": {"type": "string", "uniqueItems": true}})
+            p["schema"] = json!({"type": kind, "uniqueItems": true});
         } else {
-            json!({"name": name, "in": "path", "required": true, "description": description, "type": "string", "uniqueItems": true})
+            p["type"] = json!(kind);
+            p["uniqueItems"] = json!(true);
         }
+        p
     };
-    let selectors = || {
-        vec![
-            param(
-                "labelSelector",
-                "A selector to restrict the list of returned objects by their labels. Defaults to everything.",
-            ),
-            param(
-                "fieldSelector",
-                "A selector to restrict the list of returned objects by their fields. Defaults to everything.",
-            ),
-        ]
+    let parameters = |kind: &str, namespaced: bool, list: bool| {
+        let mut params: Vec<Value> = Vec::new();
+        if list {
+            // `metav1.ListOptions`, as the installer adds them to every list route.
+            params.extend(
+                LIST_OPTIONS
+                    .iter()
+                    .map(|(name, kind, description)| param(name, "query", kind, description)),
+            );
+        } else {
+            params.push(param(
+                "name",
+                "path",
+                "string",
+                &format!("name of the {kind}"),
+            ));
+        }
+        if namespaced {
+            params.push(param("namespace", "path", "string", NAMESPACE_PARAM));
+        }
+        params.push(param("pretty", "query", "string", PRETTY_PARAM));
+        params.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        Value::Array(params)
     };
     let op = |action: &str, kind: &str, id: String, response_kind: &str| {
         let list = action == "list";
         let mut o = json!({
+            "description": if list { format!("list objects of kind {kind}") } else { format!("read the specified {kind}") },
             "operationId": id,
             "tags": [tag.clone()],
             "responses": response(response_kind, list),
@@ -279,41 +293,130 @@ fn paths(v: Version, refs: &str, v3: bool, out: &mut Map<String, Value>) {
             "x-kubernetes-group-version-kind": {"group": "metrics.k8s.io", "kind": kind, "version": v.as_str()},
         });
         if !v3 && let Some(m) = o.as_object_mut() {
+            // The web service's `Consumes("*/*")`, which every route inherits.
+            m.insert("consumes".into(), json!(["*/*"]));
             m.insert("produces".into(), json!(produces(list)));
             m.insert("schemes".into(), json!(["https"]));
         }
         o
     };
     let base = format!("/apis/metrics.k8s.io/{}", v.as_str());
-    out.insert(
-        format!("{base}/nodes"),
-        json!({"get": op("list", "NodeMetrics", format!("listMetrics{cap}NodeMetrics"), "NodeMetricsList"), "parameters": selectors()}),
-    );
-    out.insert(
-        format!("{base}/nodes/{{name}}"),
-        json!({"get": op("get", "NodeMetrics", format!("readMetrics{cap}NodeMetrics"), "NodeMetrics"), "parameters": [path_param("name", "name of the NodeMetrics")]}),
-    );
-    out.insert(
-        format!("{base}/pods"),
-        json!({"get": op("list", "PodMetrics", format!("listMetrics{cap}PodMetricsForAllNamespaces"), "PodMetricsList"), "parameters": selectors()}),
-    );
-    let mut ns_params = selectors();
-    ns_params.push(path_param(
-        "namespace",
-        "object name and auth scope, such as for teams and projects",
-    ));
-    out.insert(
-        format!("{base}/namespaces/{{namespace}}/pods"),
-        json!({"get": op("list", "PodMetrics", format!("listMetrics{cap}NamespacedPodMetrics"), "PodMetricsList"), "parameters": ns_params}),
-    );
-    out.insert(
-        format!("{base}/namespaces/{{namespace}}/pods/{{name}}"),
-        json!({"get": op("get", "PodMetrics", format!("readMetrics{cap}NamespacedPodMetrics"), "PodMetrics"), "parameters": [
-            path_param("name", "name of the PodMetrics"),
-            path_param("namespace", "object name and auth scope, such as for teams and projects"),
-        ]}),
-    );
+    let routes = [
+        (
+            "nodes",
+            "list",
+            "NodeMetrics",
+            "NodeMetricsList",
+            "NodeMetrics",
+            false,
+        ),
+        (
+            "nodes/{name}",
+            "get",
+            "NodeMetrics",
+            "NodeMetrics",
+            "NodeMetrics",
+            false,
+        ),
+        (
+            "pods",
+            "list",
+            "PodMetrics",
+            "PodMetricsList",
+            "PodMetricsForAllNamespaces",
+            false,
+        ),
+        (
+            "namespaces/{namespace}/pods",
+            "list",
+            "PodMetrics",
+            "PodMetricsList",
+            "NamespacedPodMetrics",
+            true,
+        ),
+        (
+            "namespaces/{namespace}/pods/{name}",
+            "get",
+            "PodMetrics",
+            "PodMetrics",
+            "NamespacedPodMetrics",
+            true,
+        ),
+    ];
+    for (path, action, kind, response_kind, id, namespaced) in routes {
+        let verb = if action == "list" { "list" } else { "read" };
+        out.insert(
+            format!("{base}/{path}"),
+            json!({
+                "get": op(action, kind, format!("{verb}Metrics{cap}{id}"), response_kind),
+                "parameters": parameters(kind, namespaced, action == "list"),
+            }),
+        );
+    }
 }
+
+/// `pretty`, which the installer adds to every route.
+const PRETTY_PARAM: &str = "If 'true', then the output is pretty printed. Defaults to 'false' unless the user-agent indicates a browser or command-line HTTP tool (curl and wget).";
+
+/// `{namespace}`, as the installer describes it.
+const NAMESPACE_PARAM: &str = "object name and auth scope, such as for teams and projects";
+
+/// The query parameters of `metav1.ListOptions` (name, type, description), as the installer
+/// declares them on every list route, whatever the storage makes of them: this server, as
+/// metrics-server, answers every item whatever `limit` says (which the option's own text
+/// allows) and answers `watch` 405 (the storage is no watcher).
+const LIST_OPTIONS: [(&str, &str, &str); 10] = [
+    (
+        "allowWatchBookmarks",
+        "boolean",
+        "allowWatchBookmarks requests watch events with type \"BOOKMARK\". Servers that do not implement bookmarks may ignore this flag and bookmarks are sent at the server's discretion. Clients should not assume bookmarks are returned at any specific interval, nor may they assume the server will send any BOOKMARK event during a session. If this is not a watch, this field is ignored.",
+    ),
+    (
+        "continue",
+        "string",
+        "The continue option should be set when retrieving more results from the server. Since this value is server defined, clients may only use the continue value from a previous query result with identical query parameters (except for the value of continue) and the server may reject a continue value it does not recognize. If the specified continue value is no longer valid whether due to expiration (generally five to fifteen minutes) or a configuration change on the server, the server will respond with a 410 ResourceExpired error together with a continue token. If the client needs a consistent list, it must restart their list without the continue field. Otherwise, the client may send another list request with the token received with the 410 error, the server will respond with a list starting from the next key, but from the latest snapshot, which is inconsistent from the previous list results - objects that are created, modified, or deleted after the first list request will be included in the response, as long as their keys are after the \"next key\".\n\nThis field is not supported when watch is true. Clients may start a watch from the last resourceVersion value returned by the server and not miss any modifications.",
+    ),
+    (
+        "fieldSelector",
+        "string",
+        "A selector to restrict the list of returned objects by their fields. Defaults to everything.",
+    ),
+    (
+        "labelSelector",
+        "string",
+        "A selector to restrict the list of returned objects by their labels. Defaults to everything.",
+    ),
+    (
+        "limit",
+        "integer",
+        "limit is a maximum number of responses to return for a list call. If more items exist, the server will set the `continue` field on the list metadata to a value that can be used with the same initial query to retrieve the next set of results. Setting a limit may return fewer than the requested amount of items (up to zero items) in the event all requested objects are filtered out and clients should only use the presence of the continue field to determine whether more results are available. Servers may choose not to support the limit argument and will return all of the available results. If limit is specified and the continue field is empty, clients may assume that no more results are available. This field is not supported if watch is true.\n\nThe server guarantees that the objects returned when using continue will be identical to issuing a single list call without a limit - that is, no objects created, modified, or deleted after the first request is issued will be included in any subsequent continued requests. This is sometimes referred to as a consistent snapshot, and ensures that a client that is using limit to receive smaller chunks of a very large result can ensure they see all possible objects. If objects are updated during a chunked list the version of the object that was present at the time the first list result was calculated is returned.",
+    ),
+    (
+        "resourceVersion",
+        "string",
+        "resourceVersion sets a constraint on what resource versions a request may be served from. See https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions for details.\n\nDefaults to unset",
+    ),
+    (
+        "resourceVersionMatch",
+        "string",
+        "resourceVersionMatch determines how resourceVersion is applied to list calls. It is highly recommended that resourceVersionMatch be set for list calls where resourceVersion is set See https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions for details.\n\nDefaults to unset",
+    ),
+    (
+        "sendInitialEvents",
+        "boolean",
+        "`sendInitialEvents=true` may be set together with `watch=true`. In that case, the watch stream will begin with synthetic events to produce the current state of objects in the collection. Once all such events have been sent, a synthetic \"Bookmark\" event  will be sent. The bookmark will report the ResourceVersion (RV) corresponding to the set of objects, and be marked with `\"k8s.io/initial-events-end\": \"true\"` annotation. Afterwards, the watch stream will proceed as usual, sending watch events corresponding to changes (subsequent to the RV) to objects watched.\n\nWhen `sendInitialEvents` option is set, we require `resourceVersionMatch` option to also be set. The semantic of the watch request is as following: - `resourceVersionMatch` = NotOlderThan\n  is interpreted as \"data at least as new as the provided `resourceVersion`\"\n  and the bookmark event is send when the state is synced\n  to a `resourceVersion` at least as fresh as the one provided by the ListOptions.\n  If `resourceVersion` is unset, this is interpreted as \"consistent read\" and the\n  bookmark event is send when the state is synced at least to the moment\n  when request started being processed.\n- `resourceVersionMatch` set to any other value or unset\n  Invalid error is returned.\n\nDefaults to true if `resourceVersion=\"\"` or `resourceVersion=\"0\"` (for backward compatibility reasons) and to false otherwise.",
+    ),
+    (
+        "timeoutSeconds",
+        "integer",
+        "Timeout for the list/watch call. This limits the duration of the call, regardless of any activity or inactivity.",
+    ),
+    (
+        "watch",
+        "boolean",
+        "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications. Specify resourceVersion.",
+    ),
+];
 
 fn info() -> Value {
     json!({"title": "Kubernetes metrics-server", "version": format!("v{}", env!("CARGO_PKG_VERSION"))})

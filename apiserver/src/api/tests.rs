@@ -1033,9 +1033,65 @@ fn openapi_v2_and_v3() {
                 [0]["version"],
             ver
         );
-        let list =
-            &v["paths"][format!("/apis/metrics.k8s.io/{ver}/namespaces/{{namespace}}/pods")]["get"];
+        let list_path =
+            &v["paths"][format!("/apis/metrics.k8s.io/{ver}/namespaces/{{namespace}}/pods")];
+        let list = &list_path["get"];
         assert_eq!(list["x-kubernetes-action"], "list");
+        assert_eq!(list["description"], "list objects of kind PodMetrics");
+        assert_eq!(list["consumes"], serde_json::json!(["*/*"]));
+        // Every `ListOptions` parameter and `pretty`, at the path's level, by name, as
+        // kube-openapi writes a path with one operation.
+        let names = |params: &serde_json::Value| -> Vec<String> {
+            params
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}:{}:{}",
+                        p["name"].as_str().unwrap(),
+                        p["in"].as_str().unwrap(),
+                        p["type"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            names(&list_path["parameters"]),
+            [
+                "allowWatchBookmarks:query:boolean",
+                "continue:query:string",
+                "fieldSelector:query:string",
+                "labelSelector:query:string",
+                "limit:query:integer",
+                "namespace:path:string",
+                "pretty:query:string",
+                "resourceVersion:query:string",
+                "resourceVersionMatch:query:string",
+                "sendInitialEvents:query:boolean",
+                "timeoutSeconds:query:integer",
+                "watch:query:boolean",
+            ]
+        );
+        let get_path = &v["paths"]
+            [format!("/apis/metrics.k8s.io/{ver}/namespaces/{{namespace}}/pods/{{name}}")];
+        assert_eq!(
+            names(&get_path["parameters"]),
+            [
+                "name:path:string",
+                "namespace:path:string",
+                "pretty:query:string"
+            ]
+        );
+        assert_eq!(
+            get_path["parameters"][0]["description"],
+            "name of the PodMetrics"
+        );
+        assert_eq!(get_path["parameters"][0]["required"], true);
+        assert_eq!(
+            get_path["get"]["description"],
+            "read the specified PodMetrics"
+        );
         // The media types the installer declares: every serializer, and for a list the
         // watch streams too.
         assert_eq!(
@@ -1114,6 +1170,18 @@ fn openapi_v2_and_v3() {
                 "application/vnd.kubernetes.protobuf",
                 "application/yaml"
             ]
+        );
+        // In v3 a parameter's type is in its schema.
+        let nodes = &doc["paths"][format!("/apis/metrics.k8s.io/{ver}/nodes")]["parameters"];
+        let limit = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(
+            limit["schema"],
+            serde_json::json!({"type": "integer", "uniqueItems": true})
         );
         let hash = url.split("hash=").nth(1).unwrap();
         assert_eq!(hash, discovery::hash_hex(&r.body));
