@@ -54,9 +54,14 @@ fn gvk(v: Version, kind: &str) -> Value {
     json!([{"group": "metrics.k8s.io", "kind": kind, "version": v.as_str()}])
 }
 
-/// Schemas of one version's types, `$ref`s prefixed with `refs`.
-fn schemas(v: Version, refs: &str, out: &mut Map<String, Value>) {
-    let r = |name: &str| json!({"$ref": format!("{refs}{name}")});
+/// Where a v3 document's `$ref`s point.
+const REFS_V3: &str = "#/components/schemas/";
+/// Where a v2 document's `$ref`s point.
+const REFS_V2: &str = "#/definitions/";
+
+/// Schemas of one version's types, in OpenAPI v3's form (see [`swagger2`] for v2's).
+fn schemas(v: Version, out: &mut Map<String, Value>) {
+    let r = |name: &str| json!({"$ref": format!("{REFS_V3}{name}")});
     let type_meta = || {
         json!({
             "apiVersion": {"description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources", "type": "string"},
@@ -76,14 +81,16 @@ fn schemas(v: Version, refs: &str, out: &mut Map<String, Value>) {
         }
         base
     };
+    // A reference with keys beside it, as kube-openapi writes one in v3.
+    let r_with = |name: &str, extra: Value| with(json!({"allOf": [r(name)]}), extra);
     let time_window = json!({
-        "timestamp": with(r(&format!("{META}.Time")), json!({"description": "The following fields define time interval from which metrics were collected from the interval [Timestamp-Window, Timestamp]."})),
+        "timestamp": r_with(&format!("{META}.Time"), json!({"description": "The following fields define time interval from which metrics were collected from the interval [Timestamp-Window, Timestamp]."})),
         "window": {"type": "string"},
     });
     let object = |kind: &str, description: &str, required: Value, fields: Value| {
         let mut props = with(
             type_meta(),
-            json!({"metadata": with(r(&format!("{META}.ObjectMeta")), json!({"description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata", "default": {}}))}),
+            json!({"metadata": r_with(&format!("{META}.ObjectMeta"), json!({"description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata", "default": {}}))}),
         );
         props = with(props, time_window.clone());
         props = with(props, fields);
@@ -99,8 +106,8 @@ fn schemas(v: Version, refs: &str, out: &mut Map<String, Value>) {
         let props = with(
             type_meta(),
             json!({
-                "metadata": with(r(&format!("{META}.ListMeta")), json!({"description": "Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "default": {}})),
-                "items": {"description": format!("List of {item}."), "type": "array", "items": with(r(&model(v, item)), json!({"default": {}}))},
+                "metadata": r_with(&format!("{META}.ListMeta"), json!({"description": "Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds", "default": {}})),
+                "items": {"description": format!("List of {item}."), "type": "array", "items": r_with(&model(v, item), json!({"default": {}}))},
             }),
         );
         json!({
@@ -137,7 +144,7 @@ fn schemas(v: Version, refs: &str, out: &mut Map<String, Value>) {
             json!({"containers": {
                 "description": "Metrics for all containers are collected within the same time window.",
                 "type": "array",
-                "items": with(r(&model(v, "ContainerMetrics")), json!({"default": {}})),
+                "items": r_with(&model(v, "ContainerMetrics"), json!({"default": {}})),
                 "x-kubernetes-list-type": "atomic",
             }}),
         ),
@@ -164,56 +171,77 @@ fn schemas(v: Version, refs: &str, out: &mut Map<String, Value>) {
     );
 }
 
-/// apimachinery schemas the metrics types refer to (minimal).
-fn meta_schemas(refs: &str, out: &mut Map<String, Value>) {
-    let time = format!("{refs}{META}.Time");
-    out.insert(
-        format!("{META}.ObjectMeta"),
-        json!({
-            "description": "ObjectMeta is metadata that all persisted resources must have, which includes all objects users must create.",
-            "type": "object",
-            "properties": {
-                "name": {"type": "string"},
-                "namespace": {"type": "string"},
-                "creationTimestamp": {"$ref": time},
-                "labels": {"type": "object", "additionalProperties": {"type": "string", "default": ""}},
-            },
-        }),
-    );
-    out.insert(
-        format!("{META}.ListMeta"),
-        json!({
-            "description": "ListMeta describes metadata that synthetic resources must have, including lists and various status objects.",
-            "type": "object",
-            "properties": {
-                "continue": {"type": "string"},
-                "remainingItemCount": {"type": "integer", "format": "int64"},
-                "resourceVersion": {"type": "string"},
-                "selfLink": {"type": "string"},
-            },
-        }),
-    );
-    out.insert(
-        format!("{META}.Time"),
-        json!({"description": "Time is a wrapper around time.Time which supports correct marshaling to YAML and JSON.", "type": "string", "format": "date-time"}),
-    );
-    out.insert(QUANTITY.to_owned(), quantity(refs));
+/// The apimachinery schemas the metrics types refer to, with everything they refer to in turn,
+/// exactly as Kubernetes' own OpenAPI v3 documents have them (`openapi_meta.json`, from
+/// kubernetes/kubernetes `api/openapi-spec/v3/apis__scheduling.k8s.io__v1_openapi.json`, and
+/// Quantity from `apis__resource.k8s.io__v1_openapi.json`, at 8a84988, Kubernetes 1.34 or
+/// later). It matters for v2 most: the aggregator merges this server's v2
+/// document into kube-apiserver's and renames every definition that differs from its own
+/// (`ObjectMeta_v2`, ...), as kube-openapi's `mergeSpecs` does.
+fn meta_schemas(out: &mut Map<String, Value>) {
+    match serde_json::from_str::<Map<String, Value>>(include_str!("openapi_meta.json")) {
+        Ok(meta) => out.extend(meta),
+        Err(error) => tracing::error!(%error, "openapi_meta.json does not parse"),
+    }
 }
 
-/// `resource.Quantity`: a string in Swagger 2.0; in OpenAPI v3 a string or a number
-/// (`OpenAPIV3OneOfTypes`), which is also what makes `kubectl explain` name the type
-/// `Quantity` instead of `string`.
-fn quantity(refs: &str) -> Value {
-    let description = "Quantity is a fixed-point representation of a number. It provides convenient marshaling/unmarshaling in JSON and YAML, in addition to String() and AsInt64() accessors.";
-    if refs.starts_with("#/components/") {
-        json!({"description": description, "oneOf": [{"type": "string"}, {"type": "number"}]})
-    } else {
-        json!({"description": description, "type": "string"})
+/// A v3 schema in Swagger 2.0's form, as kube-openapi writes the same definition there: a
+/// reference with keys beside it is not wrapped in `allOf`; no `default` (k8s.io/apiserver
+/// prunes them from v2, `handler.PruneDefaults`); a quantity (a string or a number in v3,
+/// `OpenAPIV3OneOfTypes`) is a string.
+fn swagger2(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut out = Map::new();
+            for (key, value) in map {
+                match key.as_str() {
+                    "default" => {}
+                    "$ref" => {
+                        let target = value.as_str().unwrap_or_default();
+                        let name = target.strip_prefix(REFS_V3).unwrap_or(target);
+                        out.insert(key.clone(), json!(format!("{REFS_V2}{name}")));
+                    }
+                    "allOf" => match value.as_array().map(Vec::as_slice) {
+                        Some([only]) if only.get("$ref").is_some() => {
+                            if let Value::Object(reference) = swagger2(only) {
+                                out.extend(reference);
+                            }
+                        }
+                        _ => {
+                            out.insert(key.clone(), swagger2(value));
+                        }
+                    },
+                    "oneOf" if *value == json!([{"type": "string"}, {"type": "number"}]) => {
+                        out.insert("type".into(), json!("string"));
+                    }
+                    // Property names are not schema keywords: only their schemas change.
+                    "properties" => {
+                        let properties = value.as_object().map(|properties| {
+                            properties
+                                .iter()
+                                .map(|(name, property)| (name.clone(), swagger2(property)))
+                                .collect::<Map<String, Value>>()
+                        });
+                        out.insert(
+                            key.clone(),
+                            properties.map_or_else(|| value.clone(), Value::Object),
+                        );
+                    }
+                    _ => {
+                        out.insert(key.clone(), swagger2(value));
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(swagger2).collect()),
+        other => other.clone(),
     }
 }
 
 /// Paths of one version. `response` wraps a `$ref` into the right response object.
-fn paths(v: Version, refs: &str, v3: bool, out: &mut Map<String, Value>) {
+fn paths(v: Version, v3: bool, out: &mut Map<String, Value>) {
+    let refs = if v3 { REFS_V3 } else { REFS_V2 };
     let tag = format!("metrics_{}", v.as_str());
     let cap = match v {
         Version::V1 => "V1",
@@ -425,14 +453,17 @@ fn info() -> Value {
 impl OpenApi {
     /// Builds every document.
     pub fn new() -> Self {
-        let refs2 = "#/definitions/";
-        let mut definitions = Map::new();
+        let mut schemas3 = Map::new();
+        meta_schemas(&mut schemas3);
         let mut paths2 = Map::new();
-        meta_schemas(refs2, &mut definitions);
         for v in Version::ALL {
-            schemas(v, refs2, &mut definitions);
-            paths(v, refs2, false, &mut paths2);
+            schemas(v, &mut schemas3);
+            paths(v, false, &mut paths2);
         }
+        let definitions: Map<String, Value> = schemas3
+            .iter()
+            .map(|(name, schema)| (name.clone(), swagger2(schema)))
+            .collect();
         let v2 = Doc::new(&json!({
             "swagger": "2.0",
             "info": info(),
@@ -441,13 +472,12 @@ impl OpenApi {
             "securityDefinitions": {"BearerToken": {"description": "Bearer Token authentication", "type": "apiKey", "name": "authorization", "in": "header"}},
             "security": [{"BearerToken": []}],
         }));
-        let refs3 = "#/components/schemas/";
         let v3 = Version::ALL.map(|v| {
             let mut schemas3 = Map::new();
             let mut paths3 = Map::new();
-            meta_schemas(refs3, &mut schemas3);
-            schemas(v, refs3, &mut schemas3);
-            paths(v, refs3, true, &mut paths3);
+            meta_schemas(&mut schemas3);
+            schemas(v, &mut schemas3);
+            paths(v, true, &mut paths3);
             Doc::new(&json!({
                 "openapi": "3.0.0",
                 "info": info(),
@@ -484,5 +514,55 @@ impl OpenApi {
 impl Default for OpenApi {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The v2 form of Kubernetes' own meta schemas, derived from their v3 form, is exactly what
+    /// kube-apiserver's `/openapi/v2` has (`testdata/openapi_meta_v2.json`, from
+    /// kubernetes/kubernetes `api/openapi-spec/swagger.json` at de5742a, Kubernetes 1.31; these
+    /// seven have not changed since): no definition of this server is
+    /// renamed when the aggregator merges the documents.
+    #[test]
+    fn meta_schemas_in_swagger2_are_kubernetes_own() {
+        let mut meta = Map::new();
+        meta_schemas(&mut meta);
+        assert_eq!(meta.len(), 7);
+        let derived: Map<String, Value> = meta
+            .iter()
+            .map(|(name, schema)| (name.clone(), swagger2(schema)))
+            .collect();
+        let kubernetes: Map<String, Value> =
+            serde_json::from_str(include_str!("testdata/openapi_meta_v2.json")).unwrap();
+        for (name, schema) in &kubernetes {
+            assert_eq!(derived.get(name), Some(schema), "{name}");
+        }
+        assert_eq!(derived.len(), kubernetes.len());
+    }
+
+    #[test]
+    fn swagger2_unwraps_references_and_drops_defaults_but_not_properties_so_named() {
+        let v3 = json!({
+            "properties": {
+                "default": {"type": "string", "default": ""},
+                "metadata": {"allOf": [{"$ref": "#/components/schemas/M"}], "description": "d", "default": {}},
+                "items": {"type": "array", "items": {"allOf": [{"$ref": "#/components/schemas/I"}], "default": {}}},
+                "q": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+            },
+        });
+        assert_eq!(
+            swagger2(&v3),
+            json!({
+                "properties": {
+                    "default": {"type": "string"},
+                    "metadata": {"$ref": "#/definitions/M", "description": "d"},
+                    "items": {"type": "array", "items": {"$ref": "#/definitions/I"}},
+                    "q": {"type": "string"},
+                },
+            })
+        );
     }
 }

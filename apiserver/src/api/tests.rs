@@ -1125,8 +1125,16 @@ fn openapi_v2_and_v3() {
         v["definitions"]["io.k8s.apimachinery.pkg.api.resource.Quantity"]["type"],
         "string"
     );
-    // Every $ref resolves.
+    // The v2 form, as k8s.io/apiserver serves it: references beside their description, no
+    // defaults (pruned); the full ObjectMeta, with what it refers to.
     let text = r.text();
+    assert!(!text.contains("\"allOf\"") && !text.contains("\"default\""));
+    let meta = &v["definitions"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"];
+    assert_eq!(
+        meta["properties"]["managedFields"]["items"]["$ref"],
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry"
+    );
+    // Every $ref resolves.
     for piece in text.split("\"$ref\":\"#/definitions/").skip(1) {
         let name = &piece[..piece.find('"').unwrap()];
         assert!(v["definitions"][name].is_object(), "dangling {name}");
@@ -1152,6 +1160,22 @@ fn openapi_v2_and_v3() {
                 [format!("io.k8s.metrics.pkg.apis.metrics.{ver}.PodMetrics")]
             .is_object()
         );
+        // A reference with a description beside it is wrapped in allOf, as kube-openapi
+        // writes v3; every one resolves.
+        assert_eq!(
+            doc["components"]["schemas"]
+                [format!("io.k8s.metrics.pkg.apis.metrics.{ver}.PodMetrics")]["properties"]["metadata"]
+                ["allOf"],
+            serde_json::json!([{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}])
+        );
+        let text = r.text();
+        for piece in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = &piece[..piece.find('"').unwrap()];
+            assert!(
+                doc["components"]["schemas"][name].is_object(),
+                "dangling {name}"
+            );
+        }
         // A quantity is a string or a number in v3 (a string in v2), as kube-openapi
         // generates it: `kubectl explain` then shows `map[string]Quantity` for a usage.
         assert_eq!(
