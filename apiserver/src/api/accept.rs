@@ -68,6 +68,20 @@ pub fn parse(header: &str) -> Vec<MediaRange<'_>> {
     out
 }
 
+/// Whether an OpenAPI document may be answered in JSON, as kube-openapi's handlers decide it:
+/// an absent or empty header is `*/*`; any range whose type and subtype match
+/// `application/json` (each exactly or `*`) will do, whatever its parameters and `q`. (They
+/// also serve the documents in protobuf, which no client of an aggregated server asks for:
+/// the aggregator fetches them with no `Accept`, kubectl in JSON.)
+pub fn openapi_json(header: Option<&str>) -> bool {
+    match header {
+        None | Some("") => true,
+        Some(header) => parse(header).iter().any(|range| {
+            matches!(range.typ, "application" | "*") && matches!(range.subtype, "json" | "*")
+        }),
+    }
+}
+
 /// `meta.k8s.io` version of a Table or PartialObjectMetadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MetaVersion {

@@ -435,11 +435,11 @@ impl<S: Source> Handler<S> {
             Route::Group => plain(accept, &self.discovery.group),
             Route::Discovery(v) => plain(accept, self.discovery.resources(v)),
             Route::Resource(v, r) => self.resource(parts, accept, v, r, now_ns),
-            Route::OpenApiV2 => serve_doc(parts, &self.openapi.v2, None, now_ns),
+            Route::OpenApiV2 => negotiated_doc(parts, &self.openapi.v2, None, now_ns),
             Route::OpenApiV3 => serve_doc(parts, &self.openapi.v3_index, None, now_ns),
             Route::OpenApiV3Group(v) => {
                 let path = format!("/openapi/v3/apis/metrics.k8s.io/{}", v.as_str());
-                serve_doc(parts, self.openapi.v3(v), Some(&path), now_ns)
+                negotiated_doc(parts, self.openapi.v3(v), Some(&path), now_ns)
             }
             Route::Version => json_response(crate::body::full(self.discovery.version.clone())),
             Route::NotFound => Status::no_route().into_response_for(accept),
@@ -875,6 +875,20 @@ fn plain(accept: Option<&str>, body: &Bytes) -> Response<Body> {
     }
 }
 
+/// `/openapi/v2` or a v3 group document, negotiated as kube-openapi's handlers do: `Vary:
+/// Accept` on every answer, 406 (no body) unless JSON is acceptable, else [`serve_doc`]. (The
+/// v3 index is served whatever the `Accept`, as kube-openapi's `HandleDiscovery` serves it.)
+fn negotiated_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Response<Body> {
+    let mut r = if accept::openapi_json(header_str(parts, header::ACCEPT).as_deref()) {
+        serve_doc(parts, doc, v3_path, now_ns)
+    } else {
+        empty(StatusCode::NOT_ACCEPTABLE)
+    };
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
 /// An OpenAPI document: ETag, `If-None-Match` → 304, and for v3 group documents the `hash`
 /// query (mismatch → 301 to the current hash; match → immutable caching), as kube-openapi.
 fn serve_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Response<Body> {
@@ -901,7 +915,6 @@ fn serve_doc(parts: &Parts, doc: &Doc, v3_path: Option<&str>, now_ns: i64) -> Re
         h.insert(header::ETAG, v);
     }
     if immutable {
-        h.insert(header::VARY, HeaderValue::from_static("Accept"));
         h.insert(
             header::CACHE_CONTROL,
             HeaderValue::from_static("public, immutable"),

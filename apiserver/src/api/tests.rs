@@ -1139,9 +1139,11 @@ fn openapi_v2_and_v3() {
         let name = &piece[..piece.find('"').unwrap()];
         assert!(v["definitions"][name].is_object(), "dangling {name}");
     }
+    assert_eq!(r.header("vary"), "Accept");
     let etag = r.header("etag").to_owned();
     let r = call(&h, Method::GET, "/openapi/v2", &[("if-none-match", &etag)]).unwrap();
     assert_eq!(r.status, 304);
+    assert_eq!(r.header("vary"), "Accept");
 
     let index = get(&h, "/openapi/v3").json();
     for ver in ["v1", "v1beta1"] {
@@ -1216,6 +1218,52 @@ fn openapi_v2_and_v3() {
         assert_eq!(stale.status, 301);
         assert_eq!(stale.header("location"), url);
     }
+}
+
+/// kube-openapi's negotiation of `/openapi/v2` and the v3 group documents: JSON for any range
+/// that matches `application/json` by type and subtype, whatever its parameters; otherwise 406
+/// with no body; `Vary: Accept` always.
+#[test]
+fn openapi_documents_are_negotiated_as_kube_openapi_does() {
+    let h = handler();
+    let index = get(&h, "/openapi/v3").json();
+    let v3 = index["paths"]["apis/metrics.k8s.io/v1beta1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stale = "/openapi/v3/apis/metrics.k8s.io/v1beta1?hash=0000";
+    for path in ["/openapi/v2", v3.as_str(), stale] {
+        for accept in [
+            "application/json",
+            "application/*",
+            "*/*;q=0.1",
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+            "application/json;as=Table;g=meta.k8s.io;v=v1",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf, application/json",
+        ] {
+            let r = call(&h, Method::GET, path, &[("accept", accept)]).unwrap();
+            let expected = if path == stale { 301 } else { 200 };
+            assert_eq!(r.status, expected, "{path} {accept}");
+            assert_eq!(r.header("vary"), "Accept", "{path} {accept}");
+            if expected == 200 {
+                assert_eq!(r.header("content-type"), "application/json");
+            }
+        }
+        for accept in [
+            "text/plain",
+            "application/yaml",
+            "application/vnd.kubernetes.protobuf",
+        ] {
+            let r = call(&h, Method::GET, path, &[("accept", accept)]).unwrap();
+            assert_eq!(r.status, 406, "{path} {accept}");
+            assert!(r.body.is_empty(), "{path} {accept}");
+            assert_eq!(r.header("vary"), "Accept", "{path} {accept}");
+        }
+    }
+    // The v3 index is served whatever the Accept.
+    let r = call(&h, Method::GET, "/openapi/v3", &[("accept", "text/plain")]).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), "application/json");
 }
 
 #[test]
