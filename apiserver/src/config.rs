@@ -67,6 +67,8 @@ pub struct Settings {
     pub shutdown_delay: Duration,
     /// `--profiling`: serve `/debug/flags/v`, where a `PUT` changes the log verbosity.
     pub debug_flags: bool,
+    /// The audit log; `None`: none.
+    pub audit: Option<crate::audit::Config>,
 }
 
 impl Default for Settings {
@@ -108,6 +110,7 @@ impl Settings {
             authz: AuthzConfig::default(),
             shutdown_delay: Duration::ZERO,
             debug_flags: true,
+            audit: None,
         }
     }
 

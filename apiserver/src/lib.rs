@@ -7,6 +7,8 @@
 //! - [`cli`]: the binary's flags, with metrics-server's names, defaults and validation rules,
 //!   and their translation into `Settings`; nothing else here depends on it.
 //! - [`serve`]: hyper + tokio-rustls, HTTP/1.1 and h2, certificate reload, the router.
+//! - [`audit`]: the audit log (`--audit-policy-file`, `--audit-log-*`), as k8s.io/apiserver
+//!   writes it.
 //! - [`auth`]: delegated authentication (front-proxy, client CA, TokenReview) and authorization
 //!   (SubjectAccessReview), with the ConfigMap watch.
 //! - [`credentials`]: credentials read from files (serving and kubelet certificates, CAs, the
@@ -27,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod cli;

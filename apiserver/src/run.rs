@@ -69,6 +69,9 @@ pub enum Error {
     /// The Tokio runtime could not be started.
     #[error("starting the runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The audit log could not start: its policy, its file (exit code 64).
+    #[error(transparent)]
+    Audit(crate::audit::Error),
 }
 
 impl Error {
@@ -79,7 +82,8 @@ impl Error {
             | Error::Credentials { .. }
             | Error::DelegatedKubeConfig { .. }
             | Error::Authn(auth::AuthnError::Config(_))
-            | Error::Authz(_) => 64,
+            | Error::Authz(_)
+            | Error::Audit(_) => 64,
             _ => 1,
         }
     }
@@ -330,6 +334,12 @@ pub async fn run_with(
         }
         auth => Some(delegation(&settings, auth, kube_config.as_ref()).await?),
     };
+    let auditor = match &settings.audit {
+        Some(config) => Some(Arc::new(
+            crate::audit::Auditor::new(config, &mut registry).map_err(Error::Audit)?,
+        )),
+        None => None,
+    };
     let mut authentication: Vec<Arc<dyn Filter>> = Vec::new();
     let mut authorization: Vec<Arc<dyn Filter>> = Vec::new();
     if let Some(d) = &delegation {
@@ -337,6 +347,12 @@ pub async fn run_with(
         authentication.push(Arc::new(access::Authentication::new(
             d.authenticator.clone(),
         )));
+    }
+    // Right after authentication and before impersonation, as `WithAudit` sits.
+    if let Some(auditor) = &auditor {
+        authentication.push(auditor.filter());
+    }
+    if let Some(d) = &delegation {
         authentication.push(Arc::new(access::Impersonation::new(d.authorizer.clone())));
         authorization.push(Arc::new(access::Authorization::new(d.authorizer.clone())));
     }
@@ -364,6 +380,7 @@ pub async fn run_with(
             debug_flags: settings
                 .debug_flags
                 .then_some(crate::cli::logging::set_verbosity as serve::debugflags::Setter),
+            audit: auditor,
         },
         registry,
     );

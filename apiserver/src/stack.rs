@@ -53,6 +53,8 @@ pub struct Parts {
     pub node_series: Option<Arc<NodeSeries>>,
     /// What `PUT /debug/flags/v` calls; `None`: `/debug/flags` is not served.
     pub debug_flags: Option<serve::debugflags::Setter>,
+    /// The audit log, whose filter is already among `authentication`.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -89,6 +91,7 @@ impl Parts {
             clock: None,
             node_series: None,
             debug_flags: None,
+            audit: None,
         }
     }
 }
@@ -150,6 +153,9 @@ pub fn build_router(parts: Parts, mut registry: Registry) -> Stack {
     }
     if let Some(set) = parts.debug_flags {
         router = router.with_debug_flags(set);
+    }
+    if let Some(auditor) = parts.audit {
+        router = router.with_audit(auditor);
     }
     let router = filters.into_iter().fold(router, Router::with_filter);
     Stack {

@@ -399,6 +399,8 @@ impl Status {
         if let Some(seconds) = retry {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        // For the audit log's `responseStatus`.
+        response.extensions_mut().insert(self);
         response
     }
 }

@@ -613,9 +613,10 @@ pub struct Authorization {
     pub delegated_review_qps_per_source: u32,
 }
 
-/// "Apiserver audit log" group (`genericoptions.AuditOptions`): accepted so that a
-/// Deployment's arguments carry over; this server writes no audit log, and says so at start
-/// when a policy, a log path or a webhook is given.
+/// "Apiserver audit log" group (`genericoptions.AuditOptions`): the log backend is applied
+/// ([`super::Flags::audit`], [`crate::audit`]); the webhook's flags are accepted so that a
+/// Deployment's arguments carry over, and a webhook configuration is named at start as
+/// changing nothing.
 #[derive(Clone, Debug, Args)]
 #[command(next_help_heading = "Apiserver audit log flags")]
 pub struct Audit {

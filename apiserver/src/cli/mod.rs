@@ -103,6 +103,9 @@ pub enum Error {
     /// `--tls-cipher-suites` or `--tls-curve-preferences` named something unknown.
     #[error(transparent)]
     Tls(#[from] tls::policy::PolicyError),
+    /// An audit log flag out of range (`AuditOptions.Validate`).
+    #[error("{0}")]
+    Audit(String),
     /// A `--tls-sni-cert-key` value that is not `cert,key[:patterns]`.
     #[error(
         "invalid argument {0:?} for \"--tls-sni-cert-key\" flag: expected comma separated \
@@ -270,8 +273,15 @@ impl Flags {
                 "storage-initialization-timeout",
                 g.storage_initialization_timeout.0 != Duration::from_secs(60),
             ),
-            ("audit-policy-file", set(&a.audit_policy_file)),
-            ("audit-log-path", set(&a.audit_log_path)),
+            // Either alone records nothing (as in Go, where a log backend needs a policy).
+            (
+                "audit-policy-file",
+                set(&a.audit_policy_file) && !set(&a.audit_log_path),
+            ),
+            (
+                "audit-log-path",
+                set(&a.audit_log_path) && !set(&a.audit_policy_file),
+            ),
             (
                 "audit-webhook-config-file",
                 set(&a.audit_webhook_config_file),
@@ -327,6 +337,82 @@ impl Flags {
             .map_or(crate::config::cold_store_window(self.resolution()), |d| d.0)
     }
 
+    /// The audit log (`--audit-policy-file` with `--audit-log-path`), checked as
+    /// `AuditOptions.Validate` checks the log backend's flags; `None` unless both are given
+    /// (either alone records nothing, as in Go).
+    pub fn audit(&self) -> Result<Option<crate::audit::Config>, Error> {
+        let a = &self.audit;
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        let (Some(policy), Some(path)) = (given(&a.audit_policy_file), given(&a.audit_log_path))
+        else {
+            return Ok(None);
+        };
+        for (name, value) in [
+            ("audit-log-maxage", a.audit_log_maxage),
+            ("audit-log-maxbackup", a.audit_log_maxbackup),
+            ("audit-log-maxsize", a.audit_log_maxsize),
+        ] {
+            if value < 0 {
+                return Err(Error::Audit(format!(
+                    "--{name} {value} can't be a negative number"
+                )));
+            }
+        }
+        if a.audit_log_version != "audit.k8s.io/v1" {
+            return Err(Error::Audit(format!(
+                "invalid audit log version {}, only audit.k8s.io/v1 is supported",
+                a.audit_log_version
+            )));
+        }
+        let mode = match a.audit_log_mode.as_str() {
+            "batch" => {
+                if a.audit_log_batch_buffer_size <= 0 {
+                    return Err(Error::Audit(format!(
+                        "invalid audit batch log buffer size {}, must be a positive number",
+                        a.audit_log_batch_buffer_size
+                    )));
+                }
+                crate::audit::Mode::Batch {
+                    buffer: usize::try_from(a.audit_log_batch_buffer_size).unwrap_or(usize::MAX),
+                }
+            }
+            "blocking-strict" => crate::audit::Mode::BlockingStrict,
+            _ => crate::audit::Mode::Blocking,
+        };
+        let destination = if path == "-" {
+            crate::audit::Destination::Stdout
+        } else {
+            let count = |v: i64| u64::try_from(v).unwrap_or(0);
+            // lumberjack: a size of 0 is its default, 100 MB.
+            let megabytes = match count(a.audit_log_maxsize) {
+                0 => 100,
+                n => n,
+            };
+            crate::audit::Destination::File(
+                path.into(),
+                crate::audit::logfile::Rotation {
+                    max_bytes: megabytes.saturating_mul(1024 * 1024),
+                    max_backups: usize::try_from(count(a.audit_log_maxbackup))
+                        .unwrap_or(usize::MAX),
+                    max_age: Some(count(a.audit_log_maxage))
+                        .filter(|days| *days > 0)
+                        .map(|days| Duration::from_secs(days.saturating_mul(86_400))),
+                    compress: a.audit_log_compress,
+                },
+            )
+        };
+        Ok(Some(crate::audit::Config {
+            policy_file: policy.into(),
+            destination,
+            format: if a.audit_log_format == "legacy" {
+                crate::audit::Format::Legacy
+            } else {
+                crate::audit::Format::Json
+            },
+            mode,
+        }))
+    }
+
     /// Validates the flags and translates them into the library's settings.
     pub fn settings(&self) -> Result<Settings, Error> {
         self.validate()?;
@@ -340,6 +426,7 @@ impl Flags {
         let non_empty_path =
             |p: &Option<std::path::PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
         Ok(Settings {
+            audit: self.audit()?,
             kubeconfig: self.server.kubeconfig.clone(),
             authentication_kubeconfig: authn.authentication_kubeconfig.clone(),
             authorization_kubeconfig: authz.authorization_kubeconfig.clone(),

@@ -622,14 +622,103 @@ fn every_flag_of_metrics_server_is_accepted() {
             "feature-gates",
             "livez-grace-period",
             "min-compatibility-version",
-            "audit-policy-file",
-            "audit-log-path",
             "audit-webhook-config-file",
             "debug-socket-path",
             "permit-address-sharing",
         ]
     );
     assert!(parse(&[]).without_effect().is_empty());
+    // The audit log: a policy and a path.
+    let audit = settings.audit.unwrap();
+    assert_eq!(audit.policy_file, std::path::Path::new("/policy.yaml"));
+    assert_eq!(audit.destination, crate::audit::Destination::Stdout);
+    assert_eq!(audit.mode, crate::audit::Mode::Blocking);
+    assert_eq!(audit.format, crate::audit::Format::Json);
+}
+
+#[test]
+fn audit_log_flags_as_audit_options_validates_and_applies_them() {
+    let audit = |args: &[&str]| {
+        let mut all = vec!["--audit-policy-file=/p.yaml"];
+        all.extend_from_slice(args);
+        parse(&all).audit()
+    };
+    // Either alone records nothing, and is named as changing nothing.
+    assert!(
+        parse(&["--audit-policy-file=/p.yaml"])
+            .audit()
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        parse(&["--audit-log-path=/var/log/audit.log"]).without_effect(),
+        ["audit-log-path"]
+    );
+    let file = audit(&[
+        "--audit-log-path=/var/log/ms/audit.log",
+        "--audit-log-maxsize=0",
+        "--audit-log-maxbackup=3",
+        "--audit-log-maxage=7",
+        "--audit-log-compress",
+        "--audit-log-format=legacy",
+        "--audit-log-mode=batch",
+        "--audit-log-batch-buffer-size=50",
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        file.destination,
+        crate::audit::Destination::File(
+            "/var/log/ms/audit.log".into(),
+            crate::audit::logfile::Rotation {
+                max_bytes: 100 * 1024 * 1024,
+                max_backups: 3,
+                max_age: Some(Duration::from_secs(7 * 86_400)),
+                compress: true,
+            }
+        )
+    );
+    assert_eq!(file.format, crate::audit::Format::Legacy);
+    assert_eq!(file.mode, crate::audit::Mode::Batch { buffer: 50 });
+    let unlimited = audit(&["--audit-log-path=/a.log", "--audit-log-maxage=0"])
+        .unwrap()
+        .unwrap();
+    let crate::audit::Destination::File(_, rotation) = unlimited.destination else {
+        panic!("a file")
+    };
+    assert_eq!((rotation.max_age, rotation.max_backups), (None, 100));
+    for (bad, words) in [
+        (
+            "--audit-log-maxage=-1",
+            "--audit-log-maxage -1 can't be a negative number",
+        ),
+        (
+            "--audit-log-maxsize=-5",
+            "--audit-log-maxsize -5 can't be a negative number",
+        ),
+        (
+            "--audit-log-version=audit.k8s.io/v1beta1",
+            "only audit.k8s.io/v1",
+        ),
+    ] {
+        let error = audit(&["--audit-log-path=-", bad]).unwrap_err().to_string();
+        assert!(error.contains(words), "{bad}: {error}");
+    }
+    let error = audit(&[
+        "--audit-log-path=-",
+        "--audit-log-mode=batch",
+        "--audit-log-batch-buffer-size=0",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("must be a positive number"), "{error}");
+    assert_eq!(
+        audit(&["--audit-log-path=-", "--audit-log-mode=blocking-strict"])
+            .unwrap()
+            .unwrap()
+            .mode,
+        crate::audit::Mode::BlockingStrict
+    );
 }
 
 #[test]

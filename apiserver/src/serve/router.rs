@@ -77,6 +77,7 @@ pub struct Router {
     filters: Vec<Arc<dyn Filter>>,
     clock: fn() -> i64,
     debug_flags: Option<debugflags::Setter>,
+    audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl std::fmt::Debug for Router {
@@ -110,6 +111,7 @@ impl Router {
             filters: Vec::new(),
             clock: unix_now_ns,
             debug_flags: None,
+            audit: None,
         }
     }
 
@@ -132,6 +134,13 @@ impl Router {
         self
     }
 
+    /// Writes the audit log's `ResponseComplete` events (and a failed authentication's);
+    /// the auditor's [`filter`](crate::audit::Auditor::filter) goes after authentication.
+    pub fn with_audit(mut self, auditor: Arc<crate::audit::Auditor>) -> Self {
+        self.audit = Some(auditor);
+        self
+    }
+
     /// Replaces the clock (tests).
     pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
         self.clock = clock;
@@ -149,6 +158,11 @@ impl Router {
     {
         let started = Instant::now();
         let (mut parts, body) = request.into_parts();
+        if self.audit.is_some() {
+            parts
+                .extensions
+                .insert(crate::audit::Received(unix_now_ns()));
+        }
         let kind = RequestKind::of(&parts.method, parts.uri.path());
         let accepts = gzip::Accepts::of(&parts.headers);
         let mut guards: Vec<Guard> = Vec::new();
@@ -186,6 +200,9 @@ impl Router {
         }
         if httplog::enabled() {
             response = httplog::logged(&parts, started, response);
+        }
+        if let Some(auditor) = &self.audit {
+            response = auditor.complete(&parts, response);
         }
         if guards.is_empty() {
             response

@@ -4,6 +4,7 @@
 // A harness, not the product: it may read std's clocks (clippy.toml disallows them).
 #![allow(clippy::disallowed_methods)]
 
+mod audit;
 mod binary;
 mod bounds;
 mod certs;

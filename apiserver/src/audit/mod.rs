@@ -1,0 +1,624 @@
+//! The audit log, as k8s.io/apiserver's log backend writes it (`--audit-policy-file` with
+//! `--audit-log-path`): one `audit.k8s.io/v1` `Event` per request and stage that the policy
+//! records, as a JSON line (`--audit-log-format=json`) or `audit.EventString`'s text
+//! (`legacy`), to standard output (`-`) or to a file rotated as lumberjack rotates it
+//! (`--audit-log-maxsize`, `-maxbackup`, `-maxage`, `-compress`).
+//!
+//! Where the events come from, in k8s.io/apiserver's handler-chain order:
+//! - [`Auditor::filter`] runs right after authentication (`WithAudit`): it evaluates the
+//!   policy for the authenticated user, fixes the request's audit ID and writes the
+//!   `RequestReceived` event;
+//! - [`Auditor::complete`] wraps the answer, whoever made it, and writes `ResponseComplete`
+//!   when its body ends, with the status, whom the user impersonated, and the authorizer's
+//!   decision; a request whose authentication failed gets one `ResponseStarted` event with
+//!   its 401 (`WithFailedAuthenticationAudit`).
+//!
+//! Levels `Request` and `RequestResponse` record what `Metadata` does: every request here is
+//! a GET without a body, and the response bodies (lists of up to hundreds of thousands of
+//! pods, streamed) are not copied into events.
+//!
+//! `--audit-log-mode`: `blocking` and `blocking-strict` write each event before the request
+//! goes on (`blocking-strict` answers 500 when its `RequestReceived` event cannot be written);
+//! `batch` hands events to a writer thread through a queue of `--audit-log-batch-buffer-size`
+//! events, and one that finds the queue full is dropped and counted in
+//! `apiserver_audit_error_total`.
+
+pub mod event;
+pub mod logfile;
+pub mod policy;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::request::Parts;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body::Frame;
+use http_body_util::BodyExt as _;
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use self::event::{Event, ObjectRef, ResponseStatus, User};
+use self::logfile::{LogFile, Rotation};
+use self::policy::{Decision, Level, Policy, Stage};
+use crate::auth::{self, Attributes, UserInfo};
+use crate::body::Body;
+use crate::serve::router::{AUDIT_ID, Filter, PeerCertificates, RemoteAddr, Verdict};
+use crate::status::Status;
+
+/// Where events go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// Standard output (`--audit-log-path=-`).
+    Stdout,
+    /// A file, rotated.
+    File(PathBuf, Rotation),
+}
+
+/// `--audit-log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// One JSON `Event` per line.
+    Json,
+    /// `audit.EventString`'s one-line text.
+    Legacy,
+}
+
+/// `--audit-log-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Each event is written before the request goes on.
+    Blocking,
+    /// As `Blocking`, and a request whose `RequestReceived` event cannot be written fails.
+    BlockingStrict,
+    /// Events queue (at most `buffer`) for a writer thread.
+    Batch {
+        /// `--audit-log-batch-buffer-size`.
+        buffer: usize,
+    },
+}
+
+/// The audit log's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `--audit-policy-file`.
+    pub policy_file: PathBuf,
+    /// `--audit-log-path` and the rotation flags.
+    pub destination: Destination,
+    /// `--audit-log-format`.
+    pub format: Format,
+    /// `--audit-log-mode`.
+    pub mode: Mode,
+}
+
+/// Why the audit log could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The policy.
+    #[error(transparent)]
+    Policy(#[from] policy::Error),
+    /// The log file.
+    #[error("unable to open the audit log {path}: {source}")]
+    Open {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The writer thread.
+    #[error("unable to start the audit log writer: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Where lines are written.
+enum Writer {
+    Stdout,
+    File(LogFile),
+}
+
+impl Writer {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
+        match self {
+            Writer::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(line)?;
+                out.flush()
+            }
+            Writer::File(file) => file.write_all(line),
+        }
+    }
+}
+
+enum Sink {
+    Direct(Mutex<Writer>),
+    Queue(std::sync::mpsc::SyncSender<Vec<u8>>),
+}
+
+/// The audit families of `/metrics`, as k8s.io/apiserver names them.
+#[derive(Clone, Default)]
+struct Metrics {
+    events: Counter,
+    errors: Family<Vec<(String, String)>, Counter>,
+    levels: Family<Vec<(String, String)>, Counter>,
+}
+
+impl Metrics {
+    fn register(registry: &mut Registry) -> Self {
+        let metrics = Metrics::default();
+        registry.register(
+            "apiserver_audit_event",
+            "Counter of audit events generated and sent to the audit backend.",
+            metrics.events.clone(),
+        );
+        registry.register(
+            "apiserver_audit_error",
+            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
+            metrics.errors.clone(),
+        );
+        registry.register(
+            "apiserver_audit_level",
+            "Counter of policy levels for audit events (1 per request).",
+            metrics.levels.clone(),
+        );
+        metrics
+    }
+
+    fn error(&self) {
+        self.errors
+            .get_or_create(&vec![("plugin".to_owned(), "log".to_owned())])
+            .inc();
+    }
+}
+
+/// The audit log: the policy and where its events go.
+pub struct Auditor {
+    policy: Policy,
+    sink: Sink,
+    format: Format,
+    strict: bool,
+    metrics: Metrics,
+    /// When a dropped event was last reported (Unix seconds), so a full queue is logged once
+    /// a second, not once per event.
+    last_drop_report: AtomicU64,
+}
+
+impl std::fmt::Debug for Auditor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auditor")
+            .field("format", &self.format)
+            .field("strict", &self.strict)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the filter leaves in a request's extensions for [`Auditor::complete`].
+#[derive(Clone, Debug)]
+struct Audited(Arc<Pending>);
+
+/// A recorded request's event, minus what the answer adds.
+#[derive(Debug)]
+struct Pending {
+    decision: Decision,
+    user: UserInfo,
+    event: Event,
+}
+
+/// The authorizer's answer, for the event's annotations (`WithAuthorization`'s
+/// `authorization.k8s.io/decision` and `authorization.k8s.io/reason`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Authorized {
+    /// Allowed, with the authorizer's reason (often empty).
+    Allow(String),
+    /// Forbidden, with the authorizer's reason.
+    Forbid(String),
+    /// The authorizer failed.
+    Error,
+}
+
+/// When the request arrived (Unix nanoseconds), put in its extensions by the router when the
+/// audit log is on: an event's `requestReceivedTimestamp`.
+#[derive(Clone, Copy, Debug)]
+pub struct Received(pub i64);
+
+impl Auditor {
+    /// Loads the policy and opens the log; its families go into `registry`.
+    pub fn new(config: &Config, registry: &mut Registry) -> Result<Auditor, Error> {
+        let policy = Policy::load(&config.policy_file)?;
+        let writer = match &config.destination {
+            Destination::Stdout => Writer::Stdout,
+            Destination::File(path, rotation) => {
+                Writer::File(LogFile::open(path, rotation.clone()).map_err(|source| {
+                    Error::Open {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?)
+            }
+        };
+        let metrics = Metrics::register(registry);
+        let sink = match config.mode {
+            Mode::Blocking | Mode::BlockingStrict => Sink::Direct(Mutex::new(writer)),
+            Mode::Batch { buffer } => {
+                let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(buffer.max(1));
+                let errors = metrics.clone();
+                let mut writer = writer;
+                std::thread::Builder::new()
+                    .name("audit".into())
+                    .spawn(move || {
+                        for line in receiver {
+                            if let Err(error) = writer.write(&line) {
+                                errors.error();
+                                tracing::error!(%error, "unable to write an audit event");
+                            }
+                        }
+                    })
+                    .map_err(Error::Thread)?;
+                Sink::Queue(sender)
+            }
+        };
+        Ok(Auditor {
+            policy,
+            sink,
+            format: config.format,
+            strict: config.mode == Mode::BlockingStrict,
+            metrics,
+            last_drop_report: AtomicU64::new(0),
+        })
+    }
+
+    /// The filter that goes right after authentication.
+    pub fn filter(self: &Arc<Self>) -> Arc<dyn Filter> {
+        Arc::new(AuditFilter(self.clone()))
+    }
+
+    /// Writes `event`; false when it could not be written (or queued).
+    fn write(&self, event: &Event) -> bool {
+        let line = match self.format {
+            Format::Json => event.json_line(),
+            Format::Legacy => event.legacy_line(),
+        };
+        self.metrics.events.inc();
+        let written = match &self.sink {
+            Sink::Direct(writer) => match writer.lock().write(&line) {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::error!(%error, "unable to write an audit event");
+                    false
+                }
+            },
+            Sink::Queue(sender) => match sender.try_send(line) {
+                Ok(()) => true,
+                Err(_) => {
+                    let now = crate::serve::router::unix_now_ns() / 1_000_000_000;
+                    let now = u64::try_from(now).unwrap_or(0);
+                    if self.last_drop_report.swap(now, Ordering::Relaxed) != now {
+                        tracing::error!(
+                            "audit buffer queue blocked: audit events are being dropped (--audit-log-batch-buffer-size)"
+                        );
+                    }
+                    false
+                }
+            },
+        };
+        if !written {
+            self.metrics.error();
+        }
+        written
+    }
+
+    /// Wraps `response` so that its `ResponseComplete` event is written when its body ends;
+    /// a 401 whose request the filter never saw (authentication failed) gets its one
+    /// `ResponseStarted` event now.
+    pub fn complete(self: &Arc<Self>, parts: &Parts, response: Response<Body>) -> Response<Body> {
+        let Some(Audited(pending)) = parts.extensions.get::<Audited>() else {
+            if response.status() == StatusCode::UNAUTHORIZED {
+                self.failed_authentication(parts, &response);
+            }
+            return response;
+        };
+        if !pending.decision.records(Stage::ResponseComplete) {
+            return response;
+        }
+        let mut event = pending.event.clone();
+        event.stage = Stage::ResponseComplete.as_str();
+        event.response_status = Some(ResponseStatus::new(
+            response.status().as_u16(),
+            response.extensions().get::<Status>(),
+        ));
+        if let Some(current) = parts.extensions.get::<UserInfo>()
+            && *current != pending.user
+        {
+            event.impersonated_user = Some(User::from(current));
+        }
+        match parts.extensions.get::<Authorized>() {
+            Some(Authorized::Allow(reason)) => {
+                event
+                    .annotations
+                    .insert("authorization.k8s.io/decision", "allow".into());
+                event
+                    .annotations
+                    .insert("authorization.k8s.io/reason", reason.clone());
+            }
+            Some(Authorized::Forbid(reason)) => {
+                event
+                    .annotations
+                    .insert("authorization.k8s.io/decision", "forbid".into());
+                event
+                    .annotations
+                    .insert("authorization.k8s.io/reason", reason.clone());
+            }
+            Some(Authorized::Error) => {
+                event
+                    .annotations
+                    .insert("authorization.k8s.io/reason", "internal error".into());
+            }
+            None => {}
+        }
+        let auditor = self.clone();
+        response.map(|inner| {
+            Completing {
+                inner,
+                pending: Some((auditor, event)),
+            }
+            .boxed()
+        })
+    }
+
+    /// `WithFailedAuthenticationAudit`: the policy for no user; one `ResponseStarted` event
+    /// whose status says which credentials were tried.
+    fn failed_authentication(&self, parts: &Parts, response: &Response<Body>) {
+        let attributes = auth::attributes(&parts.method, parts.uri.path(), parts.uri.query());
+        let decision = self.policy.decide(None, &attributes);
+        self.count_level(decision.level);
+        if !decision.records(Stage::ResponseStarted) {
+            return;
+        }
+        let now = crate::serve::router::unix_now_ns();
+        let received = parts.extensions.get::<Received>().map_or(now, |r| r.0);
+        let audit_id = response
+            .headers()
+            .get(AUDIT_ID)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default();
+        let mut event = base_event(
+            parts,
+            decision.level,
+            Stage::ResponseStarted,
+            audit_id,
+            User::default(),
+            &attributes,
+            received,
+            now,
+        );
+        let mut status = ResponseStatus::new(StatusCode::UNAUTHORIZED.as_u16(), None);
+        status.set_message(authentication_methods(parts));
+        event.response_status = Some(status);
+        self.write(&event);
+    }
+
+    fn count_level(&self, level: Level) {
+        self.metrics
+            .levels
+            .get_or_create(&vec![("level".to_owned(), level.as_str().to_owned())])
+            .inc();
+    }
+}
+
+/// `getAuthMethods`: the credentials a request that failed authentication carried.
+fn authentication_methods(parts: &Parts) -> String {
+    let mut methods = Vec::new();
+    let authorization = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned())
+        .unwrap_or_default();
+    if authorization
+        .split_once(' ')
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+    {
+        methods.push("basic");
+    }
+    if authorization
+        .split_once(' ')
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+    {
+        methods.push("bearer");
+    }
+    if crate::api::query::get(parts.uri.query(), "access_token").is_some_and(|t| !t.is_empty()) {
+        methods.push("access_token");
+    }
+    if parts
+        .extensions
+        .get::<PeerCertificates>()
+        .is_some_and(|c| !c.0.is_empty())
+    {
+        methods.push("x509");
+    }
+    if methods.is_empty() {
+        "Authentication failed, no credentials provided".to_owned()
+    } else {
+        format!("Authentication failed, attempted: {}", methods.join(", "))
+    }
+}
+
+/// The fields every event of a request has.
+#[allow(clippy::too_many_arguments)]
+fn base_event(
+    parts: &Parts,
+    level: Level,
+    stage: Stage,
+    audit_id: String,
+    user: User,
+    attributes: &Attributes,
+    received_ns: i64,
+    stage_ns: i64,
+) -> Event {
+    Event::new(
+        level,
+        stage,
+        audit_id,
+        parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned()),
+        attributes.verb().to_owned(),
+        user,
+        event::source_ips(
+            &parts.headers,
+            parts.extensions.get::<RemoteAddr>().map(|a| a.0),
+        ),
+        parts
+            .headers
+            .get(header::USER_AGENT)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default(),
+        ObjectRef::of(attributes),
+        received_ns,
+        stage_ns,
+    )
+}
+
+/// [`Auditor::filter`]'s filter.
+struct AuditFilter(Arc<Auditor>);
+
+impl std::fmt::Debug for AuditFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuditFilter")
+    }
+}
+
+impl Filter for AuditFilter {
+    fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move { self.record(parts) })
+    }
+}
+
+impl AuditFilter {
+    fn record(&self, parts: &mut Parts) -> Verdict {
+        let auditor = &self.0;
+        let user = parts
+            .extensions
+            .get::<UserInfo>()
+            .cloned()
+            .unwrap_or_else(UserInfo::anonymous);
+        let attributes = auth::attributes(&parts.method, parts.uri.path(), parts.uri.query());
+        let decision = auditor.policy.decide(Some(&user), &attributes);
+        auditor.count_level(decision.level);
+        if decision.level == Level::None {
+            return Verdict::Pass(None);
+        }
+        // The ID the answer will carry: the request's own (kube-apiserver's), else a new one,
+        // left in the request's headers where the router takes it from.
+        let audit_id = match parts.headers.get(AUDIT_ID).filter(|id| !id.is_empty()) {
+            Some(id) => String::from_utf8_lossy(id.as_bytes()).into_owned(),
+            None => {
+                let id = uuid::Uuid::new_v4().hyphenated().to_string();
+                if let Ok(value) = HeaderValue::from_str(&id) {
+                    parts.headers.insert(AUDIT_ID, value);
+                }
+                id
+            }
+        };
+        let now = crate::serve::router::unix_now_ns();
+        let received = parts.extensions.get::<Received>().map_or(now, |r| r.0);
+        let event = base_event(
+            parts,
+            decision.level,
+            Stage::RequestReceived,
+            audit_id,
+            User::from(&user),
+            &attributes,
+            received,
+            now,
+        );
+        if decision.records(Stage::RequestReceived) && !auditor.write(&event) && auditor.strict {
+            return Verdict::Reject(failed_to_store(parts));
+        }
+        parts.extensions.insert(Audited(Arc::new(Pending {
+            decision,
+            user,
+            event,
+        })));
+        Verdict::Pass(None)
+    }
+}
+
+/// `responsewriters.InternalError` with "failed to store audit event" (`blocking-strict`).
+fn failed_to_store(parts: &Parts) -> Response<Body> {
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
+    let text = format!(
+        "Internal Server Error: {}: failed to store audit event\n",
+        event::go_quote(&uri)
+    )
+    .replace('&', "&amp;")
+    .replace('<', "&lt;")
+    .replace('>', "&gt;");
+    let mut response = Response::new(crate::body::full(Bytes::from(text)));
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// A body that writes its request's `ResponseComplete` event once, when it ends or is
+/// dropped (a client that went away mid-list still gets its event, with the status sent).
+struct Completing {
+    inner: Body,
+    pending: Option<(Arc<Auditor>, Event)>,
+}
+
+impl Completing {
+    fn finish(&mut self) {
+        if let Some((auditor, mut event)) = self.pending.take() {
+            event.stage_timestamp = event::micro_time(crate::serve::router::unix_now_ns());
+            auditor.write(&event);
+        }
+    }
+}
+
+impl Drop for Completing {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl http_body::Body for Completing {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.finish();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,305 @@
+//! The audit log over real HTTPS, with delegated authentication from the settings (a
+//! front-proxy CA and a client CA, no Kubernetes API reachable): the events a policy records,
+//! as kube-apiserver's log backend writes them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use apiserver::audit::{Config, Destination, Format, Mode};
+use apiserver::config::Settings;
+use apiserver::run::Auth;
+use http::StatusCode;
+use serde_json::Value;
+use tls::issue::{Ca, LeafSpec};
+
+use crate::support::{Client, Running, eventually, launch, write_unreachable_kubeconfig};
+
+/// Health is not recorded; everything else at Metadata.
+const POLICY: &str = r#"
+apiVersion: audit.k8s.io/v1
+kind: Policy
+rules:
+  - level: None
+    nonResourceURLs: ["/livez", "/healthz*"]
+  - level: Metadata
+"#;
+
+struct Cluster {
+    front_proxy: Ca,
+    client: Ca,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        let cluster = Cluster {
+            front_proxy: Ca::new("front-proxy-ca").unwrap(),
+            client: Ca::new("kubernetes").unwrap(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        std::fs::write(
+            cluster.path("front-proxy-ca.crt"),
+            cluster.front_proxy.cert_pem(),
+        )
+        .unwrap();
+        std::fs::write(cluster.path("client-ca.crt"), cluster.client.cert_pem()).unwrap();
+        std::fs::write(cluster.path("policy.yaml"), POLICY).unwrap();
+        write_unreachable_kubeconfig(&cluster.path("kubeconfig"));
+        cluster
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    async fn start(&self, format: Format, mode: Mode) -> Running {
+        let settings = |s: &mut Settings| {
+            s.kubeconfig = Some(self.path("kubeconfig"));
+            s.authn.requestheader_client_ca_file = Some(self.path("front-proxy-ca.crt"));
+            s.authn.requestheader_allowed_names = vec!["front-proxy-client".to_owned()];
+            s.authn.client_ca_file = Some(self.path("client-ca.crt"));
+            s.audit = Some(Config {
+                policy_file: self.path("policy.yaml"),
+                destination: Destination::File(
+                    self.path("logs/audit.log"),
+                    apiserver::audit::logfile::Rotation {
+                        max_bytes: 100 << 20,
+                        max_backups: 0,
+                        max_age: None,
+                        compress: false,
+                    },
+                ),
+                format,
+                mode,
+            });
+        };
+        launch(settings, Vec::new(), None, Auth::FromSettings).await
+    }
+
+    fn client(&self, ca: &Ca, cn: &str, orgs: &[&str]) -> Client {
+        let issued = ca
+            .issue(&LeafSpec {
+                common_name: cn.to_owned(),
+                organizations: orgs.iter().map(|o| (*o).to_owned()).collect(),
+                client: true,
+                ..LeafSpec::default()
+            })
+            .unwrap();
+        Client {
+            identity: Some(issued.identity),
+            ..Client::insecure()
+        }
+    }
+
+    /// The log's lines once there are `count` of them.
+    async fn lines(&self, count: usize) -> Vec<String> {
+        let path = self.path("logs/audit.log");
+        eventually(Duration::from_secs(10), || {
+            let path = path.clone();
+            async move {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+                (lines.len() >= count).then_some(lines)
+            }
+        })
+        .await
+        .unwrap_or_else(|| panic!("{count} audit lines in {}", path.display()))
+    }
+}
+
+fn events(lines: &[String]) -> Vec<Value> {
+    lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// A request through the front proxy (the aggregator's shape), one by a client certificate
+/// whose review cannot be made, and one with a bearer token that cannot be reviewed: their
+/// events, in order, with what an operator reads in them. Health is not recorded.
+#[tokio::test]
+async fn each_request_s_events_as_kube_apiserver_s_log_backend_writes_them() {
+    let cluster = Cluster::new();
+    let server = cluster.start(Format::Json, Mode::Blocking).await;
+    assert_eq!(mode_of(&cluster.path("logs/audit.log")), 0o600);
+
+    let r = Client::insecure().get(server.addr, "/livez").await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    // An administrator through kube-apiserver's front proxy.
+    let proxy = cluster.client(&cluster.front_proxy, "front-proxy-client", &[]);
+    let path = "/apis/metrics.k8s.io/v1beta1/nodes/node-1";
+    let r = proxy
+        .get_with(
+            server.addr,
+            path,
+            &[
+                ("x-remote-user", "admin"),
+                ("x-remote-group", "system:masters"),
+                ("x-forwarded-for", "192.0.2.10"),
+                (
+                    "user-agent",
+                    "kubectl/v1.37.1 (linux/amd64) kubernetes/0000000",
+                ),
+                ("audit-id", "3f4bd8d6-94c5-4b3c-8c9f-0b4f2c6c1e01"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let lines = cluster.lines(2).await;
+    let [received, complete] = &events(&lines)[..] else {
+        panic!("{lines:?}")
+    };
+    for (event, stage) in [
+        (received, "RequestReceived"),
+        (complete, "ResponseComplete"),
+    ] {
+        assert_eq!(event["kind"], "Event");
+        assert_eq!(event["apiVersion"], "audit.k8s.io/v1");
+        assert_eq!(event["level"], "Metadata");
+        assert_eq!(event["stage"], stage);
+        assert_eq!(event["auditID"], "3f4bd8d6-94c5-4b3c-8c9f-0b4f2c6c1e01");
+        assert_eq!(event["requestURI"], path);
+        assert_eq!(event["verb"], "get");
+        assert_eq!(event["user"]["username"], "admin");
+        assert!(
+            event["user"]["groups"]
+                .as_array()
+                .unwrap()
+                .contains(&"system:masters".into()),
+            "{event}"
+        );
+        assert_eq!(
+            event["sourceIPs"],
+            serde_json::json!(["192.0.2.10", "127.0.0.1"])
+        );
+        assert_eq!(
+            event["userAgent"],
+            "kubectl/v1.37.1 (linux/amd64) kubernetes/0000000"
+        );
+        assert_eq!(
+            event["objectRef"],
+            serde_json::json!({"resource": "nodes", "name": "node-1", "apiGroup": "metrics.k8s.io", "apiVersion": "v1beta1"})
+        );
+        assert_eq!(
+            event["requestReceivedTimestamp"],
+            received["requestReceivedTimestamp"]
+        );
+    }
+    assert!(received.get("responseStatus").is_none());
+    assert_eq!(
+        complete["responseStatus"],
+        serde_json::json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": "node \"node-1\" not found",
+            "reason": "NotFound",
+            "details": {"name": "node-1", "kind": "node"},
+            "code": 404
+        })
+    );
+    assert_eq!(
+        complete["annotations"],
+        serde_json::json!({"authorization.k8s.io/decision": "allow", "authorization.k8s.io/reason": ""})
+    );
+    let micro = |v: &Value| v.as_str().unwrap().len();
+    assert_eq!(
+        micro(&complete["stageTimestamp"]),
+        "2026-12-06T13:00:00.123456Z".len()
+    );
+
+    // A user whose review cannot be made: the 500 and the authorizer's failure; the answer's
+    // Audit-Id is the events' (a new one: the request had none).
+    let jane = cluster.client(&cluster.client, "jane", &["devs"]);
+    let r = jane
+        .get(
+            server.addr,
+            "/apis/metrics.k8s.io/v1/namespaces/default/pods",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.body);
+    let lines = cluster.lines(4).await;
+    let events = events(&lines);
+    let id = r.headers["audit-id"].to_str().unwrap();
+    for event in &events[2..] {
+        assert_eq!(event["auditID"], id);
+        assert_eq!(event["verb"], "list");
+        assert_eq!(event["user"]["username"], "jane");
+        assert_eq!(event["objectRef"]["namespace"], "default");
+    }
+    assert_eq!(events[3]["responseStatus"]["code"], 500);
+    assert_eq!(events[3]["responseStatus"]["reason"], "InternalError");
+    assert_eq!(
+        events[3]["annotations"],
+        serde_json::json!({"authorization.k8s.io/reason": "internal error"})
+    );
+
+    // A token that cannot be reviewed: one ResponseStarted event, no user, the 401.
+    let r = Client::insecure()
+        .get_with(
+            server.addr,
+            "/apis/metrics.k8s.io/v1beta1/pods",
+            &[("authorization", "Bearer forged")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let lines = cluster.lines(5).await;
+    let failed: Value = serde_json::from_str(&lines[4]).unwrap();
+    assert_eq!(failed["stage"], "ResponseStarted");
+    assert_eq!(failed["user"], serde_json::json!({}));
+    assert_eq!(failed["verb"], "list");
+    assert_eq!(
+        failed["responseStatus"],
+        serde_json::json!({"metadata": {}, "message": "Authentication failed, attempted: bearer", "code": 401})
+    );
+    assert_eq!(failed["auditID"], r.headers["audit-id"].to_str().unwrap());
+
+    // Health was never recorded.
+    assert!(lines.iter().all(|l| !l.contains("\"/livez\"")), "{lines:?}");
+    server.shutdown.cancel();
+}
+
+/// The legacy format, written by the batch mode's writer thread.
+#[tokio::test]
+async fn batch_mode_writes_legacy_lines_from_its_own_thread() {
+    let cluster = Cluster::new();
+    let server = cluster
+        .start(Format::Legacy, Mode::Batch { buffer: 100 })
+        .await;
+    let proxy = cluster.client(&cluster.front_proxy, "front-proxy-client", &[]);
+    let r = proxy
+        .get_with(
+            server.addr,
+            "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods",
+            &[
+                (
+                    "x-remote-user",
+                    "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+                ),
+                ("x-remote-group", "system:masters"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let lines = cluster.lines(2).await;
+    let id = r.headers["audit-id"].to_str().unwrap();
+    for (line, stage, response) in [
+        (&lines[0], "RequestReceived", "<deferred>"),
+        (&lines[1], "ResponseComplete", "200"),
+    ] {
+        assert!(
+            line.contains(&format!(
+                " AUDIT: id=\"{id}\" stage=\"{stage}\" ip=\"127.0.0.1\" method=\"list\" user=\"system:serviceaccount:kube-system:horizontal-pod-autoscaler\" groups=\"\\\"system:masters\\\"",
+            )) && line.contains(" as=\"<self>\" asgroups=\"<lookup>\" ")
+                && line.contains(" namespace=\"kube-system\" uri=\"/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods\" ")
+                && line.ends_with(&format!("response=\"{response}\"")),
+            "{line}"
+        );
+    }
+    server.shutdown.cancel();
+}
