@@ -637,6 +637,24 @@ async fn kubectl_top_get_raw_and_tables() {
                 out.contains("NodeMetrics sets resource usage metrics of a node."),
                 "{k} {v}:\n{out}"
             );
+            // The metadata is Kubernetes' own ObjectMeta, every field of it, as from
+            // metrics-server (whose document carries apimachinery's schemas).
+            let out = kubectl(
+                &c,
+                k,
+                &[
+                    "explain",
+                    "podmetrics.metadata.managedFields",
+                    &format!("--api-version={gv}"),
+                ],
+            )
+            .await
+            .unwrap();
+            assert!(
+                out.contains("FIELD: managedFields <[]ManagedFieldsEntry>"),
+                "{k} {v}:\n{out}"
+            );
+            assert!(out.contains("fieldsV1\t<FieldsV1>"), "{k} {v}:\n{out}");
         }
     }
     c.stop().await.unwrap();
