@@ -6,6 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use serde::Serialize;
 use serde_json::Value;
 
+use scraper::go::quote;
+
 use super::policy::{Level, Stage};
 use crate::auth::{Attributes, UserInfo};
 use crate::status::Status;
@@ -209,12 +211,7 @@ impl Event {
 
     /// The `legacy` format's line (`audit.EventString`), newline included.
     pub fn legacy_line(&self) -> Vec<u8> {
-        let quoted = |list: &[String]| {
-            list.iter()
-                .map(|s| go_quote(s))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let quoted = |list: &[String]| list.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",");
         let (username, groups) = if self.user.username.is_empty() {
             ("<none>".to_owned(), "<none>".to_owned())
         } else if self.user.groups.is_empty() {
@@ -241,17 +238,17 @@ impl Event {
         format!(
             "{} AUDIT: id={} stage={} ip={} method={} user={} groups={} as={} asgroups={} user-agent={} namespace={} uri={} response=\"{}\"\n",
             rfc3339_nano(&self.request_received_timestamp),
-            go_quote(&self.audit_id),
-            go_quote(self.stage),
-            go_quote(ip),
-            go_quote(&self.verb),
-            go_quote(&username),
-            go_quote(&groups),
-            go_quote(&as_user),
-            go_quote(&as_groups),
-            go_quote(&self.user_agent),
-            go_quote(namespace),
-            go_quote(&self.request_uri),
+            quote(&self.audit_id),
+            quote(self.stage),
+            quote(ip),
+            quote(&self.verb),
+            quote(&username),
+            quote(&groups),
+            quote(&as_user),
+            quote(&as_groups),
+            quote(&self.user_agent),
+            quote(namespace),
+            quote(&self.request_uri),
             response,
         )
         .into_bytes()
@@ -304,40 +301,6 @@ fn rfc3339_nano(micro: &str) -> String {
         }
         None => micro.to_owned(),
     }
-}
-
-/// Go's `%q` (`strconv.Quote`): double quotes, `\"` and `\\`, the short escapes, `\x..` for
-/// other ASCII controls and DEL, `\u....` / `\U........` for characters that are not
-/// printable; printable characters as they are.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') => {
-                if (c as u32) < 0x10000 {
-                    out.push_str(&format!("\\u{:04x}", c as u32));
-                } else {
-                    out.push_str(&format!("\\U{:08x}", c as u32));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -456,12 +419,7 @@ mod tests {
     }
 
     #[test]
-    fn go_quote_escapes_as_strconv_quote() {
-        assert_eq!(go_quote("a\"b\\c"), r#""a\"b\\c""#);
-        assert_eq!(go_quote("tab\there\n"), r#""tab\there\n""#);
-        assert_eq!(go_quote("\u{1}\u{7f}"), r#""\x01\x7f""#);
-        assert_eq!(go_quote("é ☃"), "\"é ☃\"");
-        assert_eq!(go_quote("\u{85}"), r#""\u0085""#);
+    fn legacy_timestamps_are_rfc3339_nano() {
         assert_eq!(
             rfc3339_nano("2025-12-06T12:50:05.120000Z"),
             "2025-12-06T12:50:05.12Z"

@@ -45,7 +45,6 @@ const COMPRESS_SUFFIX: &[u8] = b".gz";
 const TEMP_SUFFIX: &[u8] = b".tmp";
 
 const NANOS_PER_MILLI: i128 = 1_000_000;
-const MILLIS_PER_DAY: i64 = 86_400_000;
 
 /// How a [`LogFile`] rotates.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -444,11 +443,16 @@ fn unix_nanos(time: SystemTime) -> i128 {
 fn format_timestamp(unix_nanos: i128) -> String {
     let millis = unix_nanos.div_euclid(NANOS_PER_MILLI);
     let millis = i64::try_from(millis).unwrap_or(if millis < 0 { i64::MIN } else { i64::MAX });
-    let days = millis.div_euclid(MILLIS_PER_DAY);
-    let of_day = millis.rem_euclid(MILLIS_PER_DAY);
-    let (year, month, day) = civil_from_days(days);
-    let (hour, minute) = (of_day / 3_600_000, of_day / 60_000 % 60);
-    let (second, milli) = (of_day / 1000 % 60, of_day % 1000);
+    let crate::api::time::Civil {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        ..
+    } = crate::api::time::Civil::from_unix_seconds(millis.div_euclid(1000));
+    let milli = millis.rem_euclid(1000);
     let year = if year < 0 {
         format!("-{:04}", year.unsigned_abs())
     } else {
@@ -482,14 +486,14 @@ fn parse_timestamp(text: &[u8]) -> Option<i128> {
     if !cursor.0.is_empty()
         || !(1..=12).contains(&month)
         || day < 1
-        || day > days_in_month(year, month)
+        || day > scraper::clock::days_in_month(year, month)
         || hour > 23
         || minute > 59
         || second > 59
     {
         return None;
     }
-    let days = days_from_civil(year, month, day);
+    let days = scraper::clock::days_from_civil(year, month, day);
     let millis = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + milli;
     Some(i128::from(millis) * NANOS_PER_MILLI)
 }
@@ -527,47 +531,6 @@ impl Cursor<'_> {
         self.0 = rest;
         Some(())
     }
-}
-
-/// The days in a month of the proleptic Gregorian calendar.
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let shifted_month = if month > 2 { month - 3 } else { month + 9 };
-    let day_of_year = (153 * shifted_month + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The proleptic Gregorian date of a day since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`): year, month, day.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let days = days.saturating_add(719_468);
-    let era = days.div_euclid(146_097);
-    let day_of_era = days.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -29,17 +29,12 @@ pub mod policy;
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode, header};
-use http_body::Frame;
-use http_body_util::BodyExt as _;
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -337,37 +332,31 @@ impl Auditor {
         {
             event.impersonated_user = Some(User::from(current));
         }
-        match parts.extensions.get::<Authorized>() {
-            Some(Authorized::Allow(reason)) => {
-                event
-                    .annotations
-                    .insert("authorization.k8s.io/decision", "allow".into());
-                event
-                    .annotations
-                    .insert("authorization.k8s.io/reason", reason.clone());
-            }
-            Some(Authorized::Forbid(reason)) => {
-                event
-                    .annotations
-                    .insert("authorization.k8s.io/decision", "forbid".into());
-                event
-                    .annotations
-                    .insert("authorization.k8s.io/reason", reason.clone());
-            }
-            Some(Authorized::Error) => {
-                event
-                    .annotations
-                    .insert("authorization.k8s.io/reason", "internal error".into());
-            }
-            None => {}
+        // `WithAuthorization`'s annotations: the decision and its reason, or on an
+        // authorizer's error the reason alone.
+        let (decision, reason) = match parts.extensions.get::<Authorized>() {
+            Some(Authorized::Allow(reason)) => (Some("allow"), Some(reason.clone())),
+            Some(Authorized::Forbid(reason)) => (Some("forbid"), Some(reason.clone())),
+            Some(Authorized::Error) => (None, Some("internal error".to_owned())),
+            None => (None, None),
+        };
+        if let Some(decision) = decision {
+            event
+                .annotations
+                .insert("authorization.k8s.io/decision", decision.to_owned());
+        }
+        if let Some(reason) = reason {
+            event
+                .annotations
+                .insert("authorization.k8s.io/reason", reason);
         }
         let auditor = self.clone();
         response.map(|inner| {
-            Completing {
-                inner,
-                pending: Some((auditor, event)),
-            }
-            .boxed()
+            crate::body::on_end(inner, move || {
+                let mut event = event;
+                event.stage_timestamp = event::micro_time(crate::serve::router::unix_now_ns());
+                auditor.write(&event);
+            })
         })
     }
 
@@ -419,17 +408,13 @@ fn authentication_methods(parts: &Parts) -> String {
         .get(header::AUTHORIZATION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned())
         .unwrap_or_default();
-    if authorization
+    match authorization
         .split_once(' ')
-        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .map(|(scheme, _)| scheme.to_ascii_lowercase())
     {
-        methods.push("basic");
-    }
-    if authorization
-        .split_once(' ')
-        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-    {
-        methods.push("bearer");
+        Some(scheme) if scheme == "basic" => methods.push("basic"),
+        Some(scheme) if scheme == "bearer" => methods.push("bearer"),
+        _ => {}
     }
     if crate::api::query::get(parts.uri.query(), "access_token").is_some_and(|t| !t.is_empty()) {
         methods.push("access_token");
@@ -558,67 +543,14 @@ fn failed_to_store(parts: &Parts) -> Response<Body> {
         .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned());
     let text = format!(
         "Internal Server Error: {}: failed to store audit event\n",
-        event::go_quote(&uri)
+        scraper::go::quote(&uri)
     )
     .replace('&', "&amp;")
     .replace('<', "&lt;")
     .replace('>', "&gt;");
-    let mut response = Response::new(crate::body::full(Bytes::from(text)));
-    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    response
-}
-
-/// A body that writes its request's `ResponseComplete` event once, when it ends or is
-/// dropped (a client that went away mid-list still gets its event, with the status sent).
-struct Completing {
-    inner: Body,
-    pending: Option<(Arc<Auditor>, Event)>,
-}
-
-impl Completing {
-    fn finish(&mut self) {
-        if let Some((auditor, mut event)) = self.pending.take() {
-            event.stage_timestamp = event::micro_time(crate::serve::router::unix_now_ns());
-            auditor.write(&event);
-        }
-    }
-}
-
-impl Drop for Completing {
-    fn drop(&mut self) {
-        self.finish();
-    }
-}
-
-impl http_body::Body for Completing {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            self.finish();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
+    crate::body::text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "text/plain; charset=utf-8",
+        text,
+    )
 }

@@ -8,15 +8,10 @@
 //! is off a request pays one cached `enabled` check.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use tokio::time::Instant;
 
-use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Response, header};
-use http_body::Frame;
-use http_body_util::BodyExt as _;
 
 use super::router::RemoteAddr;
 use crate::auth::{Attributes, UserInfo};
@@ -102,57 +97,7 @@ pub fn logged(parts: &Parts, started: Instant, response: Response<Body>) -> Resp
         status: response.status().as_u16(),
         started,
     };
-    response.map(|inner| {
-        Logged {
-            inner,
-            entry: Some(entry),
-        }
-        .boxed()
-    })
-}
-
-/// A body that writes its request's line once, when it ends or is dropped.
-struct Logged {
-    inner: Body,
-    entry: Option<Entry>,
-}
-
-impl Logged {
-    fn finish(&mut self) {
-        if let Some(entry) = self.entry.take() {
-            entry.write();
-        }
-    }
-}
-
-impl Drop for Logged {
-    fn drop(&mut self) {
-        self.finish();
-    }
-}
-
-impl http_body::Body for Logged {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            self.finish();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
+    response.map(|inner| crate::body::on_end(inner, move || entry.write()))
 }
 
 #[cfg(test)]
@@ -162,6 +107,7 @@ mod tests {
     use std::sync::Arc;
 
     use http::{Method, Request, StatusCode};
+    use http_body_util::BodyExt as _;
     use parking_lot::Mutex;
 
     use super::*;

@@ -10,9 +10,11 @@ use apiserver::config::Settings;
 use apiserver::run::Auth;
 use http::StatusCode;
 use serde_json::Value;
-use tls::issue::{Ca, LeafSpec};
+use tls::issue::Ca;
 
-use crate::support::{Client, Running, eventually, launch, write_unreachable_kubeconfig};
+use crate::support::{
+    Client, Running, eventually, launch, with_cert, write_unreachable_kubeconfig,
+};
 
 /// Health is not recorded; everything else at Metadata.
 const POLICY: &str = r#"
@@ -76,21 +78,6 @@ impl Cluster {
         launch(settings, Vec::new(), None, Auth::FromSettings).await
     }
 
-    fn client(&self, ca: &Ca, cn: &str, orgs: &[&str]) -> Client {
-        let issued = ca
-            .issue(&LeafSpec {
-                common_name: cn.to_owned(),
-                organizations: orgs.iter().map(|o| (*o).to_owned()).collect(),
-                client: true,
-                ..LeafSpec::default()
-            })
-            .unwrap();
-        Client {
-            identity: Some(issued.identity),
-            ..Client::insecure()
-        }
-    }
-
     /// The log's lines once there are `count` of them.
     async fn lines(&self, count: usize) -> Vec<String> {
         let path = self.path("logs/audit.log");
@@ -132,7 +119,7 @@ async fn each_request_s_events_as_kube_apiserver_s_log_backend_writes_them() {
     assert_eq!(r.status, StatusCode::OK);
 
     // An administrator through kube-apiserver's front proxy.
-    let proxy = cluster.client(&cluster.front_proxy, "front-proxy-client", &[]);
+    let proxy = with_cert(&cluster.front_proxy, "front-proxy-client", &[]);
     let path = "/apis/metrics.k8s.io/v1beta1/nodes/node-1";
     let r = proxy
         .get_with(
@@ -215,7 +202,7 @@ async fn each_request_s_events_as_kube_apiserver_s_log_backend_writes_them() {
 
     // A user whose review cannot be made: the 500 and the authorizer's failure; the answer's
     // Audit-Id is the events' (a new one: the request had none).
-    let jane = cluster.client(&cluster.client, "jane", &["devs"]);
+    let jane = with_cert(&cluster.client, "jane", &["devs"]);
     let r = jane
         .get(
             server.addr,
@@ -271,7 +258,7 @@ async fn batch_mode_writes_legacy_lines_from_its_own_thread() {
     let server = cluster
         .start(Format::Legacy, Mode::Batch { buffer: 100 })
         .await;
-    let proxy = cluster.client(&cluster.front_proxy, "front-proxy-client", &[]);
+    let proxy = with_cert(&cluster.front_proxy, "front-proxy-client", &[]);
     let r = proxy
         .get_with(
             server.addr,

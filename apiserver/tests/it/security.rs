@@ -17,10 +17,12 @@ use http::StatusCode;
 use http::request::Parts;
 use scraper::inventory::Inventory;
 use serde_json::Value;
-use tls::issue::{Ca, LeafSpec};
+use tls::issue::Ca;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{Client, Reply, Running, launch, serving, write_unreachable_kubeconfig};
+use crate::support::{
+    Client, Reply, Running, launch, serving, with_cert, write_unreachable_kubeconfig,
+};
 
 /// The exact 401 body of k8s.io/apiserver.
 const UNAUTHORIZED: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
@@ -61,21 +63,6 @@ impl Pki {
 
     async fn start(&self, filters: Vec<Arc<dyn Filter>>) -> Running {
         launch(|s| self.settings(s), filters, None, Auth::FromSettings).await
-    }
-}
-
-fn with_cert(ca: &Ca, cn: &str, orgs: &[&str]) -> Client {
-    let issued = ca
-        .issue(&LeafSpec {
-            common_name: cn.to_owned(),
-            organizations: orgs.iter().map(|o| (*o).to_owned()).collect(),
-            client: true,
-            ..LeafSpec::default()
-        })
-        .unwrap();
-    Client {
-        identity: Some(issued.identity),
-        ..Client::insecure()
     }
 }
 

@@ -17,6 +17,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use scraper::inventory::Inventory;
 use scraper::point::{ContainerSample, NodeName, NodeScrape, Sample};
+use tls::issue::{Ca, LeafSpec};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
@@ -348,4 +349,20 @@ pub(crate) fn serving(child: &mut std::process::Child) -> bool {
         }
     });
     seen_rx.recv_timeout(Duration::from_secs(20)).is_ok()
+}
+
+/// A client presenting a certificate for `cn` in organizations `orgs`, issued by `ca`.
+pub(crate) fn with_cert(ca: &Ca, cn: &str, orgs: &[&str]) -> Client {
+    let issued = ca
+        .issue(&LeafSpec {
+            common_name: cn.to_owned(),
+            organizations: orgs.iter().map(|o| (*o).to_owned()).collect(),
+            client: true,
+            ..LeafSpec::default()
+        })
+        .unwrap();
+    Client {
+        identity: Some(issued.identity),
+        ..Client::insecure()
+    }
 }

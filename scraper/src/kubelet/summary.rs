@@ -241,7 +241,7 @@ pub fn rfc3339_ns(s: &str) -> Option<i64> {
     let second = digits(&b[17..19])?;
     if !(1..=12).contains(&month)
         || day < 1
-        || day > days_in_month(year, month)
+        || day > crate::clock::days_in_month(year, month)
         || hour > 23
         || minute > 59
         || second > 59
@@ -283,8 +283,11 @@ pub fn rfc3339_ns(s: &str) -> Option<i64> {
         _ => return None,
     };
 
-    let seconds =
-        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    let seconds = crate::clock::days_from_civil(year, month, day) * 86_400
+        + hour * 3600
+        + minute * 60
+        + second
+        - offset_s;
     seconds.checked_mul(1_000_000_000)?.checked_add(frac_ns)
 }
 
@@ -292,24 +295,4 @@ fn digits(b: &[u8]) -> Option<i64> {
     b.iter().try_fold(0i64, |acc, &d| {
         d.is_ascii_digit().then(|| acc * 10 + i64::from(d - b'0'))
     })
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
