@@ -89,6 +89,9 @@ impl Error {
     }
 }
 
+/// How long the audit webhook's last events may take to go out at shutdown.
+pub const AUDIT_FLUSH: Duration = Duration::from_secs(10);
+
 /// How far below serving's the kernel ranks the scrape threads: nice +10 (up to 19), a
 /// weight of 110 against serving's 1024. Under contention scraping still gets about a tenth
 /// of each core, several times what 15,000 nodes need (BENCHMARKS.md); when serving is idle
@@ -380,7 +383,7 @@ pub async fn run_with(
             debug_flags: settings
                 .debug_flags
                 .then_some(crate::cli::logging::set_verbosity as serve::debugflags::Setter),
-            audit: auditor,
+            audit: auditor.clone(),
         },
         registry,
     );
@@ -482,6 +485,11 @@ pub async fn run_with(
     stop.cancel();
     while let Some(ended) = tasks.join_next().await {
         tracing::debug!(task = ended.unwrap_or("a task (panicked)"), "stopped");
+    }
+    // The requests are done: what the audit webhook still holds goes out, as the batch
+    // backend's Shutdown sends it.
+    if let Some(auditor) = &auditor {
+        auditor.shutdown(AUDIT_FLUSH).await;
     }
     match early {
         Some(name) => Err(Error::TaskEnded(name)),

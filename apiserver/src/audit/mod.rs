@@ -1,8 +1,10 @@
-//! The audit log, as k8s.io/apiserver's log backend writes it (`--audit-policy-file` with
-//! `--audit-log-path`): one `audit.k8s.io/v1` `Event` per request and stage that the policy
-//! records, as a JSON line (`--audit-log-format=json`) or `audit.EventString`'s text
-//! (`legacy`), to standard output (`-`) or to a file rotated as lumberjack rotates it
-//! (`--audit-log-maxsize`, `-maxbackup`, `-maxage`, `-compress`).
+//! The audit log, as k8s.io/apiserver's log and webhook backends write it
+//! (`--audit-policy-file` with `--audit-log-path` and/or `--audit-webhook-config-file`): one
+//! `audit.k8s.io/v1` `Event` per request and stage that the policy records, to every backend
+//! configured. The log backend writes a JSON line (`--audit-log-format=json`) or
+//! `audit.EventString`'s text (`legacy`), to standard output (`-`) or to a file rotated as
+//! lumberjack rotates it (`--audit-log-maxsize`, `-maxbackup`, `-maxage`, `-compress`); the
+//! webhook backend ([`webhook`]) POSTs batches of events as an `EventList`.
 //!
 //! Where the events come from, in k8s.io/apiserver's handler-chain order:
 //! - [`Auditor::filter`] runs right after authentication (`WithAudit`): it evaluates the
@@ -20,12 +22,13 @@
 //! `--audit-log-mode`: `blocking` and `blocking-strict` write each event before the request
 //! goes on (`blocking-strict` answers 500 when its `RequestReceived` event cannot be written);
 //! `batch` hands events to a writer thread through a queue of `--audit-log-batch-buffer-size`
-//! events, and one that finds the queue full is dropped and counted in
-//! `apiserver_audit_error_total`.
+//! events, and one that finds the queue full is dropped. What a backend drops is counted in
+//! `apiserver_audit_error_total{plugin}`.
 
 pub mod event;
 pub mod logfile;
 pub mod policy;
+pub mod webhook;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -80,17 +83,26 @@ pub enum Mode {
     },
 }
 
-/// The audit log's settings.
+/// The log backend's settings (`--audit-log-*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// `--audit-policy-file`.
-    pub policy_file: PathBuf,
+pub struct Log {
     /// `--audit-log-path` and the rotation flags.
     pub destination: Destination,
     /// `--audit-log-format`.
     pub format: Format,
     /// `--audit-log-mode`.
     pub mode: Mode,
+}
+
+/// The audit settings: the policy and the backends its events go to (one at least).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `--audit-policy-file`.
+    pub policy_file: PathBuf,
+    /// The log backend (`--audit-log-path`).
+    pub log: Option<Log>,
+    /// The webhook backend (`--audit-webhook-config-file`).
+    pub webhook: Option<webhook::Config>,
 }
 
 /// Why the audit log could not start.
@@ -110,6 +122,9 @@ pub enum Error {
     /// The writer thread.
     #[error("unable to start the audit log writer: {0}")]
     Thread(std::io::Error),
+    /// The webhook's configuration.
+    #[error(transparent)]
+    Webhook(#[from] webhook::Error),
 }
 
 /// Where lines are written.
@@ -165,30 +180,43 @@ impl Metrics {
         metrics
     }
 
-    fn error(&self) {
+    /// `n` events that `plugin` (`log`, `webhook`) could not write.
+    fn errors(&self, plugin: &str, n: usize) {
         self.errors
-            .get_or_create(&vec![("plugin".to_owned(), "log".to_owned())])
-            .inc();
+            .get_or_create(&vec![("plugin".to_owned(), plugin.to_owned())])
+            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
     }
 }
 
-/// The audit log: the policy and where its events go.
-pub struct Auditor {
-    policy: Policy,
+/// The log backend.
+struct LogBackend {
     sink: Sink,
     format: Format,
     strict: bool,
-    metrics: Metrics,
     /// When a dropped event was last reported (Unix seconds), so a full queue is logged once
     /// a second, not once per event.
     last_drop_report: AtomicU64,
 }
 
+/// The webhook backend.
+struct WebhookBackend {
+    webhook: webhook::Webhook,
+    strict: bool,
+}
+
+/// The audit log: the policy and where its events go.
+pub struct Auditor {
+    policy: Policy,
+    log: Option<LogBackend>,
+    webhook: Option<WebhookBackend>,
+    metrics: Metrics,
+}
+
 impl std::fmt::Debug for Auditor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Auditor")
-            .field("format", &self.format)
-            .field("strict", &self.strict)
+            .field("log", &self.log.as_ref().map(|l| l.format))
+            .field("webhook", &self.webhook.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -223,48 +251,34 @@ pub enum Authorized {
 pub struct Received(pub i64);
 
 impl Auditor {
-    /// Loads the policy and opens the log; its families go into `registry`.
+    /// Loads the policy, opens the log and starts the webhook's sender (on the current Tokio
+    /// runtime); the audit families go into `registry`.
     pub fn new(config: &Config, registry: &mut Registry) -> Result<Auditor, Error> {
         let policy = Policy::load(&config.policy_file)?;
-        let writer = match &config.destination {
-            Destination::Stdout => Writer::Stdout,
-            Destination::File(path, rotation) => {
-                Writer::File(LogFile::open(path, rotation.clone()).map_err(|source| {
-                    Error::Open {
-                        path: path.display().to_string(),
-                        source,
-                    }
-                })?)
-            }
-        };
         let metrics = Metrics::register(registry);
-        let sink = match config.mode {
-            Mode::Blocking | Mode::BlockingStrict => Sink::Direct(Mutex::new(writer)),
-            Mode::Batch { buffer } => {
-                let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(buffer.max(1));
+        let log = config
+            .log
+            .as_ref()
+            .map(|log| LogBackend::open(log, &metrics))
+            .transpose()?;
+        let webhook = match &config.webhook {
+            Some(webhook) => {
                 let errors = metrics.clone();
-                let mut writer = writer;
-                std::thread::Builder::new()
-                    .name("audit".into())
-                    .spawn(move || {
-                        for line in receiver {
-                            if let Err(error) = writer.write(&line) {
-                                errors.error();
-                                tracing::error!(%error, "unable to write an audit event");
-                            }
-                        }
-                    })
-                    .map_err(Error::Thread)?;
-                Sink::Queue(sender)
+                Some(WebhookBackend {
+                    webhook: webhook::Webhook::start(
+                        webhook,
+                        Arc::new(move |n| errors.errors("webhook", n)),
+                    )?,
+                    strict: webhook.mode == Mode::BlockingStrict,
+                })
             }
+            None => None,
         };
         Ok(Auditor {
             policy,
-            sink,
-            format: config.format,
-            strict: config.mode == Mode::BlockingStrict,
+            log,
+            webhook,
             metrics,
-            last_drop_report: AtomicU64::new(0),
         })
     }
 
@@ -273,39 +287,31 @@ impl Auditor {
         Arc::new(AuditFilter(self.clone()))
     }
 
-    /// Writes `event`; false when it could not be written (or queued).
-    fn write(&self, event: &Event) -> bool {
-        let line = match self.format {
-            Format::Json => event.json_line(),
-            Format::Legacy => event.legacy_line(),
-        };
-        self.metrics.events.inc();
-        let written = match &self.sink {
-            Sink::Direct(writer) => match writer.lock().write(&line) {
-                Ok(()) => true,
-                Err(error) => {
-                    tracing::error!(%error, "unable to write an audit event");
-                    false
-                }
-            },
-            Sink::Queue(sender) => match sender.try_send(line) {
-                Ok(()) => true,
-                Err(_) => {
-                    let now = crate::serve::router::unix_now_ns() / 1_000_000_000;
-                    let now = u64::try_from(now).unwrap_or(0);
-                    if self.last_drop_report.swap(now, Ordering::Relaxed) != now {
-                        tracing::error!(
-                            "audit buffer queue blocked: audit events are being dropped (--audit-log-batch-buffer-size)"
-                        );
-                    }
-                    false
-                }
-            },
-        };
-        if !written {
-            self.metrics.error();
+    /// Sends what the webhook still holds, waiting at most `within` (the log backend writes
+    /// as it goes).
+    pub async fn shutdown(&self, within: std::time::Duration) {
+        if let Some(backend) = &self.webhook {
+            backend.webhook.shutdown(within).await;
         }
-        written
+    }
+
+    /// Hands `event` to every backend; false when a `blocking-strict` one could not take it.
+    fn write(&self, event: &Event) -> bool {
+        self.metrics.events.inc();
+        let mut stored = true;
+        if let Some(log) = &self.log
+            && !log.write(event)
+        {
+            self.metrics.errors("log", 1);
+            stored &= !log.strict;
+        }
+        // The webhook counts what it drops itself (queue full now, a failed batch later).
+        if let Some(backend) = &self.webhook
+            && !backend.webhook.process(event)
+        {
+            stored &= !backend.strict;
+        }
+        stored
     }
 
     /// Wraps `response` so that its `ResponseComplete` event is written when its body ends;
@@ -397,6 +403,78 @@ impl Auditor {
             .levels
             .get_or_create(&vec![("level".to_owned(), level.as_str().to_owned())])
             .inc();
+    }
+}
+
+impl LogBackend {
+    fn open(config: &Log, metrics: &Metrics) -> Result<LogBackend, Error> {
+        let writer = match &config.destination {
+            Destination::Stdout => Writer::Stdout,
+            Destination::File(path, rotation) => {
+                Writer::File(LogFile::open(path, rotation.clone()).map_err(|source| {
+                    Error::Open {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?)
+            }
+        };
+        let sink = match config.mode {
+            Mode::Blocking | Mode::BlockingStrict => Sink::Direct(Mutex::new(writer)),
+            Mode::Batch { buffer } => {
+                let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(buffer.max(1));
+                let errors = metrics.clone();
+                let mut writer = writer;
+                std::thread::Builder::new()
+                    .name("audit".into())
+                    .spawn(move || {
+                        for line in receiver {
+                            if let Err(error) = writer.write(&line) {
+                                errors.errors("log", 1);
+                                tracing::error!(%error, "unable to write an audit event");
+                            }
+                        }
+                    })
+                    .map_err(Error::Thread)?;
+                Sink::Queue(sender)
+            }
+        };
+        Ok(LogBackend {
+            sink,
+            format: config.format,
+            strict: config.mode == Mode::BlockingStrict,
+            last_drop_report: AtomicU64::new(0),
+        })
+    }
+
+    /// Writes (or queues) `event`'s line; false when it could not.
+    fn write(&self, event: &Event) -> bool {
+        let line = match self.format {
+            Format::Json => event.json_line(),
+            Format::Legacy => event.legacy_line(),
+        };
+        match &self.sink {
+            Sink::Direct(writer) => match writer.lock().write(&line) {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::error!(%error, "unable to write an audit event");
+                    false
+                }
+            },
+            Sink::Queue(sender) => match sender.try_send(line) {
+                Ok(()) => true,
+                Err(_) => {
+                    let now = crate::serve::router::unix_now_ns() / 1_000_000_000;
+                    let now = u64::try_from(now).unwrap_or(0);
+                    if self.last_drop_report.swap(now, Ordering::Relaxed) != now {
+                        tracing::error!(
+                            "audit buffer queue blocked: audit events are being dropped (--audit-log-batch-buffer-size)"
+                        );
+                    }
+                    false
+                }
+            },
+        }
     }
 }
 
@@ -523,7 +601,7 @@ impl AuditFilter {
             received,
             now,
         );
-        if decision.records(Stage::RequestReceived) && !auditor.write(&event) && auditor.strict {
+        if decision.records(Stage::RequestReceived) && !auditor.write(&event) {
             return Verdict::Reject(failed_to_store(parts));
         }
         parts.extensions.insert(Audited(Arc::new(Pending {

@@ -613,10 +613,9 @@ pub struct Authorization {
     pub delegated_review_qps_per_source: u32,
 }
 
-/// "Apiserver audit log" group (`genericoptions.AuditOptions`): the log backend is applied
-/// ([`super::Flags::audit`], [`crate::audit`]); the webhook's flags are accepted so that a
-/// Deployment's arguments carry over, and a webhook configuration is named at start as
-/// changing nothing.
+/// "Apiserver audit log" group (`genericoptions.AuditOptions`): the log and webhook backends,
+/// applied ([`super::Flags::audit`], [`crate::audit`]); the truncate flags have nothing to
+/// truncate (events carry no request or response bodies here).
 #[derive(Clone, Debug, Args)]
 #[command(next_help_heading = "Apiserver audit log flags")]
 pub struct Audit {

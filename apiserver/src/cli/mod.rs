@@ -273,10 +273,13 @@ impl Flags {
                 "storage-initialization-timeout",
                 g.storage_initialization_timeout.0 != Duration::from_secs(60),
             ),
-            // Either alone records nothing (as in Go, where a log backend needs a policy).
+            // A policy without a backend, or a backend without a policy, records nothing (as
+            // in Go).
             (
                 "audit-policy-file",
-                set(&a.audit_policy_file) && !set(&a.audit_log_path),
+                set(&a.audit_policy_file)
+                    && !set(&a.audit_log_path)
+                    && !set(&a.audit_webhook_config_file),
             ),
             (
                 "audit-log-path",
@@ -284,7 +287,7 @@ impl Flags {
             ),
             (
                 "audit-webhook-config-file",
-                set(&a.audit_webhook_config_file),
+                set(&a.audit_webhook_config_file) && !set(&a.audit_policy_file),
             ),
             ("debug-socket-path", set(&f.debug_socket_path)),
             ("contention-profiling", f.contention_profiling),
@@ -337,16 +340,35 @@ impl Flags {
             .map_or(crate::config::cold_store_window(self.resolution()), |d| d.0)
     }
 
-    /// The audit log (`--audit-policy-file` with `--audit-log-path`), checked as
-    /// `AuditOptions.Validate` checks the log backend's flags; `None` unless both are given
+    /// The audit settings: `--audit-policy-file` with the log backend (`--audit-log-path`)
+    /// and the webhook backend (`--audit-webhook-config-file`), checked as
+    /// `AuditOptions.Validate` checks them; `None` unless the policy and a backend are given
     /// (either alone records nothing, as in Go).
     pub fn audit(&self) -> Result<Option<crate::audit::Config>, Error> {
         let a = &self.audit;
         let given = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
-        let (Some(policy), Some(path)) = (given(&a.audit_policy_file), given(&a.audit_log_path))
-        else {
+        let Some(policy) = given(&a.audit_policy_file) else {
             return Ok(None);
         };
+        let log = given(&a.audit_log_path)
+            .map(|path| self.audit_log(path))
+            .transpose()?;
+        let webhook = given(&a.audit_webhook_config_file)
+            .map(|file| self.audit_webhook(file))
+            .transpose()?;
+        if log.is_none() && webhook.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(crate::audit::Config {
+            policy_file: policy.into(),
+            log,
+            webhook,
+        }))
+    }
+
+    /// The log backend's flags.
+    fn audit_log(&self, path: String) -> Result<crate::audit::Log, Error> {
+        let a = &self.audit;
         for (name, value) in [
             ("audit-log-maxage", a.audit_log_maxage),
             ("audit-log-maxbackup", a.audit_log_maxbackup),
@@ -358,27 +380,14 @@ impl Flags {
                 )));
             }
         }
-        if a.audit_log_version != "audit.k8s.io/v1" {
-            return Err(Error::Audit(format!(
-                "invalid audit log version {}, only audit.k8s.io/v1 is supported",
-                a.audit_log_version
-            )));
-        }
-        let mode = match a.audit_log_mode.as_str() {
-            "batch" => {
-                if a.audit_log_batch_buffer_size <= 0 {
-                    return Err(Error::Audit(format!(
-                        "invalid audit batch log buffer size {}, must be a positive number",
-                        a.audit_log_batch_buffer_size
-                    )));
-                }
-                crate::audit::Mode::Batch {
-                    buffer: usize::try_from(a.audit_log_batch_buffer_size).unwrap_or(usize::MAX),
-                }
-            }
-            "blocking-strict" => crate::audit::Mode::BlockingStrict,
-            _ => crate::audit::Mode::Blocking,
-        };
+        audit_version("log", &a.audit_log_version)?;
+        let mode = audit_mode(
+            "log",
+            &a.audit_log_mode,
+            a.audit_log_batch_buffer_size,
+            a.audit_log_batch_max_size,
+            None,
+        )?;
         let destination = if path == "-" {
             crate::audit::Destination::Stdout
         } else {
@@ -401,8 +410,7 @@ impl Flags {
                 },
             )
         };
-        Ok(Some(crate::audit::Config {
-            policy_file: policy.into(),
+        Ok(crate::audit::Log {
             destination,
             format: if a.audit_log_format == "legacy" {
                 crate::audit::Format::Legacy
@@ -410,7 +418,32 @@ impl Flags {
                 crate::audit::Format::Json
             },
             mode,
-        }))
+        })
+    }
+
+    /// The webhook backend's flags.
+    fn audit_webhook(&self, file: String) -> Result<crate::audit::webhook::Config, Error> {
+        let a = &self.audit;
+        audit_version("webhook", &a.audit_webhook_version)?;
+        let throttle = a.audit_webhook_batch_throttle_enable.then_some((
+            a.audit_webhook_batch_throttle_qps,
+            a.audit_webhook_batch_throttle_burst,
+        ));
+        let mode = audit_mode(
+            "webhook",
+            &a.audit_webhook_mode,
+            a.audit_webhook_batch_buffer_size,
+            a.audit_webhook_batch_max_size,
+            throttle,
+        )?;
+        Ok(crate::audit::webhook::Config {
+            kubeconfig: file.into(),
+            mode,
+            max_batch_size: usize::try_from(a.audit_webhook_batch_max_size).unwrap_or(1),
+            max_batch_wait: a.audit_webhook_batch_max_wait.0,
+            throttle: throttle.map(|(qps, burst)| (qps, u32::try_from(burst).unwrap_or(u32::MAX))),
+            initial_backoff: a.audit_webhook_initial_backoff.0,
+        })
     }
 
     /// Validates the flags and translates them into the library's settings.
@@ -547,6 +580,54 @@ fn sni_cert(value: &str) -> Option<crate::config::SniCert> {
 
 /// The `Strict-Transport-Security` value of `--strict-transport-security-directives`
 /// (k8s.io/apiserver joins them with "; "); `None` when there are none.
+/// `validateBackendMode` and `validateBackendBatchOptions` for `plugin` (`log`, `webhook`).
+fn audit_mode(
+    plugin: &str,
+    mode: &str,
+    buffer: i64,
+    max_batch: i64,
+    throttle: Option<(f64, i64)>,
+) -> Result<crate::audit::Mode, Error> {
+    match mode {
+        "blocking" => return Ok(crate::audit::Mode::Blocking),
+        "blocking-strict" => return Ok(crate::audit::Mode::BlockingStrict),
+        _ => {}
+    }
+    let positive = |what: &str, value: String| {
+        Err(Error::Audit(format!(
+            "invalid audit batch {plugin} {what} {value}, must be a positive number"
+        )))
+    };
+    if buffer <= 0 {
+        return positive("buffer size", buffer.to_string());
+    }
+    if max_batch <= 0 {
+        return positive("max batch size", max_batch.to_string());
+    }
+    if let Some((qps, burst)) = throttle {
+        if qps <= 0.0 {
+            return positive("throttle QPS", qps.to_string());
+        }
+        if burst <= 0 {
+            return positive("throttle burst", burst.to_string());
+        }
+    }
+    Ok(crate::audit::Mode::Batch {
+        buffer: usize::try_from(buffer).unwrap_or(usize::MAX),
+    })
+}
+
+/// `--audit-{plugin}-version`: only `audit.k8s.io/v1` is served.
+fn audit_version(plugin: &str, version: &str) -> Result<(), Error> {
+    if version == "audit.k8s.io/v1" {
+        Ok(())
+    } else {
+        Err(Error::Audit(format!(
+            "invalid audit {plugin} version {version}, only audit.k8s.io/v1 is supported"
+        )))
+    }
+}
+
 fn hsts(directives: &[String]) -> Option<http::HeaderValue> {
     let directives = non_empty(directives);
     if directives.is_empty() {

@@ -622,7 +622,6 @@ fn every_flag_of_metrics_server_is_accepted() {
             "feature-gates",
             "livez-grace-period",
             "min-compatibility-version",
-            "audit-webhook-config-file",
             "debug-socket-path",
             "permit-address-sharing",
         ]
@@ -631,19 +630,32 @@ fn every_flag_of_metrics_server_is_accepted() {
     // The audit log: a policy and a path.
     let audit = settings.audit.unwrap();
     assert_eq!(audit.policy_file, std::path::Path::new("/policy.yaml"));
-    assert_eq!(audit.destination, crate::audit::Destination::Stdout);
-    assert_eq!(audit.mode, crate::audit::Mode::Blocking);
-    assert_eq!(audit.format, crate::audit::Format::Json);
+    let log = audit.log.unwrap();
+    assert_eq!(log.destination, crate::audit::Destination::Stdout);
+    assert_eq!(log.mode, crate::audit::Mode::Blocking);
+    assert_eq!(log.format, crate::audit::Format::Json);
+    let webhook = audit.webhook.unwrap();
+    assert_eq!(webhook.mode, crate::audit::Mode::Batch { buffer: 10000 });
+    assert_eq!(
+        (
+            webhook.max_batch_size,
+            webhook.max_batch_wait,
+            webhook.throttle
+        ),
+        (400, Duration::from_secs(30), Some((10.0, 15)))
+    );
+    assert_eq!(webhook.initial_backoff, Duration::from_secs(10));
 }
 
 #[test]
-fn audit_log_flags_as_audit_options_validates_and_applies_them() {
+fn audit_flags_as_audit_options_validates_and_applies_them() {
     let audit = |args: &[&str]| {
         let mut all = vec!["--audit-policy-file=/p.yaml"];
         all.extend_from_slice(args);
         parse(&all).audit()
     };
-    // Either alone records nothing, and is named as changing nothing.
+    // A policy without a backend, or a backend without a policy, records nothing, and is
+    // named as changing nothing.
     assert!(
         parse(&["--audit-policy-file=/p.yaml"])
             .audit()
@@ -653,6 +665,15 @@ fn audit_log_flags_as_audit_options_validates_and_applies_them() {
     assert_eq!(
         parse(&["--audit-log-path=/var/log/audit.log"]).without_effect(),
         ["audit-log-path"]
+    );
+    assert_eq!(
+        parse(&["--audit-webhook-config-file=/w"]).without_effect(),
+        ["audit-webhook-config-file"]
+    );
+    assert!(
+        parse(&["--audit-policy-file=/p", "--audit-webhook-config-file=/w"])
+            .without_effect()
+            .is_empty()
     );
     let file = audit(&[
         "--audit-log-path=/var/log/ms/audit.log",
@@ -666,8 +687,10 @@ fn audit_log_flags_as_audit_options_validates_and_applies_them() {
     ])
     .unwrap()
     .unwrap();
+    assert!(file.webhook.is_none());
+    let log = file.log.unwrap();
     assert_eq!(
-        file.destination,
+        log.destination,
         crate::audit::Destination::File(
             "/var/log/ms/audit.log".into(),
             crate::audit::logfile::Rotation {
@@ -678,43 +701,81 @@ fn audit_log_flags_as_audit_options_validates_and_applies_them() {
             }
         )
     );
-    assert_eq!(file.format, crate::audit::Format::Legacy);
-    assert_eq!(file.mode, crate::audit::Mode::Batch { buffer: 50 });
+    assert_eq!(log.format, crate::audit::Format::Legacy);
+    assert_eq!(log.mode, crate::audit::Mode::Batch { buffer: 50 });
     let unlimited = audit(&["--audit-log-path=/a.log", "--audit-log-maxage=0"])
         .unwrap()
         .unwrap();
-    let crate::audit::Destination::File(_, rotation) = unlimited.destination else {
+    let crate::audit::Destination::File(_, rotation) = unlimited.log.unwrap().destination else {
         panic!("a file")
     };
     assert_eq!((rotation.max_age, rotation.max_backups), (None, 100));
-    for (bad, words) in [
+    let hook = audit(&[
+        "--audit-webhook-config-file=/w",
+        "--audit-webhook-mode=blocking",
+        "--audit-webhook-batch-throttle-enable=false",
+    ])
+    .unwrap()
+    .unwrap();
+    assert!(hook.log.is_none());
+    let webhook = hook.webhook.unwrap();
+    assert_eq!(webhook.kubeconfig, std::path::Path::new("/w"));
+    assert_eq!(webhook.mode, crate::audit::Mode::Blocking);
+    assert_eq!(webhook.throttle, None);
+    for (args, words) in [
         (
-            "--audit-log-maxage=-1",
+            &["--audit-log-path=-", "--audit-log-maxage=-1"][..],
             "--audit-log-maxage -1 can't be a negative number",
         ),
         (
-            "--audit-log-maxsize=-5",
+            &["--audit-log-path=-", "--audit-log-maxsize=-5"],
             "--audit-log-maxsize -5 can't be a negative number",
         ),
         (
-            "--audit-log-version=audit.k8s.io/v1beta1",
-            "only audit.k8s.io/v1",
+            &[
+                "--audit-log-path=-",
+                "--audit-log-version=audit.k8s.io/v1beta1",
+            ],
+            "invalid audit log version audit.k8s.io/v1beta1, only audit.k8s.io/v1",
+        ),
+        (
+            &[
+                "--audit-log-path=-",
+                "--audit-log-mode=batch",
+                "--audit-log-batch-buffer-size=0",
+            ],
+            "invalid audit batch log buffer size 0, must be a positive number",
+        ),
+        (
+            &[
+                "--audit-webhook-config-file=/w",
+                "--audit-webhook-batch-max-size=0",
+            ],
+            "invalid audit batch webhook max batch size 0, must be a positive number",
+        ),
+        (
+            &[
+                "--audit-webhook-config-file=/w",
+                "--audit-webhook-batch-throttle-qps=0",
+            ],
+            "invalid audit batch webhook throttle QPS 0, must be a positive number",
+        ),
+        (
+            &[
+                "--audit-webhook-config-file=/w",
+                "--audit-webhook-version=audit.k8s.io/v1alpha1",
+            ],
+            "invalid audit webhook version",
         ),
     ] {
-        let error = audit(&["--audit-log-path=-", bad]).unwrap_err().to_string();
-        assert!(error.contains(words), "{bad}: {error}");
+        let error = audit(args).unwrap_err().to_string();
+        assert!(error.contains(words), "{args:?}: {error}");
     }
-    let error = audit(&[
-        "--audit-log-path=-",
-        "--audit-log-mode=batch",
-        "--audit-log-batch-buffer-size=0",
-    ])
-    .unwrap_err()
-    .to_string();
-    assert!(error.contains("must be a positive number"), "{error}");
     assert_eq!(
         audit(&["--audit-log-path=-", "--audit-log-mode=blocking-strict"])
             .unwrap()
+            .unwrap()
+            .log
             .unwrap()
             .mode,
         crate::audit::Mode::BlockingStrict

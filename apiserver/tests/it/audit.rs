@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use apiserver::audit::{Config, Destination, Format, Mode};
+use apiserver::audit::{Config, Destination, Format, Log, Mode, webhook};
 use apiserver::config::Settings;
 use apiserver::run::Auth;
 use http::StatusCode;
 use serde_json::Value;
-use tls::issue::Ca;
+use tls::issue::{Ca, LeafSpec};
 
 use crate::support::{
     Client, Running, eventually, launch, with_cert, write_unreachable_kubeconfig,
@@ -54,7 +54,7 @@ impl Cluster {
         self.dir.path().join(name)
     }
 
-    async fn start(&self, format: Format, mode: Mode) -> Running {
+    async fn start(&self, format: Format, mode: Mode, webhook: Option<webhook::Config>) -> Running {
         let settings = |s: &mut Settings| {
             s.kubeconfig = Some(self.path("kubeconfig"));
             s.authn.requestheader_client_ca_file = Some(self.path("front-proxy-ca.crt"));
@@ -62,17 +62,20 @@ impl Cluster {
             s.authn.client_ca_file = Some(self.path("client-ca.crt"));
             s.audit = Some(Config {
                 policy_file: self.path("policy.yaml"),
-                destination: Destination::File(
-                    self.path("logs/audit.log"),
-                    apiserver::audit::logfile::Rotation {
-                        max_bytes: 100 << 20,
-                        max_backups: 0,
-                        max_age: None,
-                        compress: false,
-                    },
-                ),
-                format,
-                mode,
+                log: Some(Log {
+                    destination: Destination::File(
+                        self.path("logs/audit.log"),
+                        apiserver::audit::logfile::Rotation {
+                            max_bytes: 100 << 20,
+                            max_backups: 0,
+                            max_age: None,
+                            compress: false,
+                        },
+                    ),
+                    format,
+                    mode,
+                }),
+                webhook: webhook.clone(),
             });
         };
         launch(settings, Vec::new(), None, Auth::FromSettings).await
@@ -112,7 +115,7 @@ fn mode_of(path: &Path) -> u32 {
 #[tokio::test]
 async fn each_request_s_events_as_kube_apiserver_s_log_backend_writes_them() {
     let cluster = Cluster::new();
-    let server = cluster.start(Format::Json, Mode::Blocking).await;
+    let server = cluster.start(Format::Json, Mode::Blocking, None).await;
     assert_eq!(mode_of(&cluster.path("logs/audit.log")), 0o600);
 
     let r = Client::insecure().get(server.addr, "/livez").await;
@@ -256,7 +259,7 @@ async fn each_request_s_events_as_kube_apiserver_s_log_backend_writes_them() {
 async fn batch_mode_writes_legacy_lines_from_its_own_thread() {
     let cluster = Cluster::new();
     let server = cluster
-        .start(Format::Legacy, Mode::Batch { buffer: 100 })
+        .start(Format::Legacy, Mode::Batch { buffer: 100 }, None)
         .await;
     let proxy = with_cert(&cluster.front_proxy, "front-proxy-client", &[]);
     let r = proxy
@@ -287,6 +290,123 @@ async fn batch_mode_writes_legacy_lines_from_its_own_thread() {
                 && line.ends_with(&format!("response=\"{response}\"")),
             "{line}"
         );
+    }
+    server.shutdown.cancel();
+}
+
+/// A local HTTPS audit webhook (as Falco's `k8s-audit` endpoint receives kube-apiserver's
+/// events): every request's path and JSON body.
+async fn webhook_receiver(
+    dir: &Path,
+) -> (
+    PathBuf,
+    tokio::sync::mpsc::UnboundedReceiver<(String, Value)>,
+) {
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    let ca = Ca::new("webhook-ca").unwrap();
+    let serving = ca
+        .issue(&LeafSpec {
+            common_name: "webhook".into(),
+            sans: vec!["127.0.0.1".into()],
+            server: true,
+            ..LeafSpec::default()
+        })
+        .unwrap();
+    let key = tls::server::certified_key(&serving.identity).unwrap();
+    let resolver = std::sync::Arc::new(rustls::sign::SingleCertAndKey::from(key));
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(
+        tls::server::config(resolver, false).unwrap(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (sender, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, sender) = (acceptor.clone(), sender.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let sender = sender.clone();
+                    async move {
+                        let path = request.uri().path().to_owned();
+                        let body = http_body_util::BodyExt::collect(request.into_body())
+                            .await
+                            .unwrap()
+                            .to_bytes();
+                        let _ = sender.send((path, serde_json::from_slice(&body).unwrap()));
+                        Ok::<_, std::convert::Infallible>(http::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from_static(b"{}")),
+                        ))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    let kubeconfig = dir.join("webhook.kubeconfig");
+    let ca_data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca.cert_pem());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: falco\n  cluster:\n    server: https://127.0.0.1:{port}/k8s-audit\n    certificate-authority-data: {ca_data}\ncontexts:\n- name: default\n  context:\n    cluster: falco\n    user: metrics-server\ncurrent-context: default\nusers:\n- name: metrics-server\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    (kubeconfig, received)
+}
+
+/// With both backends, a request's events go to the log and, batched as an `EventList`, to
+/// the webhook's URL.
+#[tokio::test]
+async fn the_webhook_receives_the_events_the_log_gets() {
+    let cluster = Cluster::new();
+    let (kubeconfig, mut received) = webhook_receiver(cluster.dir.path()).await;
+    let server = cluster
+        .start(
+            Format::Json,
+            Mode::Blocking,
+            Some(webhook::Config {
+                kubeconfig,
+                mode: Mode::Batch { buffer: 100 },
+                max_batch_size: 2,
+                max_batch_wait: Duration::from_secs(30),
+                throttle: None,
+                initial_backoff: Duration::from_millis(100),
+            }),
+        )
+        .await;
+    let proxy = with_cert(&cluster.front_proxy, "front-proxy-client", &[]);
+    let r = proxy
+        .get_with(
+            server.addr,
+            "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods",
+            &[
+                ("x-remote-user", "admin"),
+                ("x-remote-group", "system:masters"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let (path, list) = tokio::time::timeout(Duration::from_secs(10), received.recv())
+        .await
+        .expect("a batch in time")
+        .unwrap();
+    assert_eq!(path, "/k8s-audit");
+    assert_eq!(list["kind"], "EventList");
+    assert_eq!(list["apiVersion"], "audit.k8s.io/v1");
+    let logged = events(&cluster.lines(2).await);
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    for (item, logged) in items.iter().zip(&logged) {
+        assert_eq!(item["stage"], logged["stage"]);
+        assert_eq!(item["auditID"], r.headers["audit-id"].to_str().unwrap());
+        assert_eq!(item["stageTimestamp"], logged["stageTimestamp"]);
     }
     server.shutdown.cancel();
 }
