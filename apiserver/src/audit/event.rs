@@ -202,6 +202,17 @@ impl Event {
         }
     }
 
+    /// The event as an item of an `EventList` (the webhook's batches): without `kind` and
+    /// `apiVersion`, which Go's encoder writes only on the list.
+    pub fn list_item_json(&self) -> serde_json::Result<Vec<u8>> {
+        let mut value = serde_json::to_value(self)?;
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("kind");
+            fields.remove("apiVersion");
+        }
+        serde_json::to_vec(&value)
+    }
+
     /// The `json` format's line, newline included.
     pub fn json_line(&self) -> Vec<u8> {
         let mut line = serde_json::to_vec(self).unwrap_or_default();

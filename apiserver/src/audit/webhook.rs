@@ -199,7 +199,7 @@ impl Webhook {
         let reason = if self.closed.load(Ordering::Relaxed) {
             "audit backend shut down"
         } else {
-            match serde_json::to_vec(event) {
+            match event.list_item_json() {
                 Ok(item) => match self.queue.try_send(item) {
                     Ok(()) => return true,
                     Err(TrySendError::Full(_)) => "audit buffer queue blocked",
