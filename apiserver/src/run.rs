@@ -337,9 +337,10 @@ pub async fn run_with(
         }
         auth => Some(delegation(&settings, auth, kube_config.as_ref()).await?),
     };
+    let audit_metrics = crate::audit::Metrics::register(&mut registry);
     let auditor = match &settings.audit {
         Some(config) => Some(Arc::new(
-            crate::audit::Auditor::new(config, &mut registry).map_err(Error::Audit)?,
+            crate::audit::Auditor::new(config, audit_metrics).map_err(Error::Audit)?,
         )),
         None => None,
     };

@@ -151,31 +151,39 @@ enum Sink {
     Queue(std::sync::mpsc::SyncSender<Vec<u8>>),
 }
 
-/// The audit families of `/metrics`, as k8s.io/apiserver names them.
-#[derive(Clone, Default)]
-struct Metrics {
+/// The audit families of `/metrics`, as k8s.io/apiserver names them and registers them
+/// whether or not there is an audit log (so a dashboard or an alert finds them either way).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
     events: Counter,
     errors: Family<Vec<(String, String)>, Counter>,
     levels: Family<Vec<(String, String)>, Counter>,
+    rejected: Counter,
 }
 
 impl Metrics {
-    fn register(registry: &mut Registry) -> Self {
+    /// The families, added to `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
         let metrics = Metrics::default();
         registry.register(
             "apiserver_audit_event",
-            "Counter of audit events generated and sent to the audit backend.",
+            "[ALPHA] Counter of audit events generated and sent to the audit backend",
             metrics.events.clone(),
         );
         registry.register(
             "apiserver_audit_error",
-            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
+            "[ALPHA] Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error",
             metrics.errors.clone(),
         );
         registry.register(
             "apiserver_audit_level",
-            "Counter of policy levels for audit events (1 per request).",
+            "[ALPHA] Counter of policy levels for audit events (1 per request)",
             metrics.levels.clone(),
+        );
+        registry.register(
+            "apiserver_audit_requests_rejected",
+            "[ALPHA] Counter of apiserver requests rejected due to an error in audit logging backend",
+            metrics.rejected.clone(),
         );
         metrics
     }
@@ -252,10 +260,9 @@ pub struct Received(pub i64);
 
 impl Auditor {
     /// Loads the policy, opens the log and starts the webhook's sender (on the current Tokio
-    /// runtime); the audit families go into `registry`.
-    pub fn new(config: &Config, registry: &mut Registry) -> Result<Auditor, Error> {
+    /// runtime); what happens is counted in `metrics`.
+    pub fn new(config: &Config, metrics: Metrics) -> Result<Auditor, Error> {
         let policy = Policy::load(&config.policy_file)?;
-        let metrics = Metrics::register(registry);
         let log = config
             .log
             .as_ref()
@@ -602,6 +609,7 @@ impl AuditFilter {
             now,
         );
         if decision.records(Stage::RequestReceived) && !auditor.write(&event) {
+            auditor.metrics.rejected.inc();
             return Verdict::Reject(failed_to_store(parts));
         }
         parts.extensions.insert(Audited(Arc::new(Pending {

@@ -251,6 +251,25 @@ async fn each_request_s_events_as_kube_apiserver_s_log_backend_writes_them() {
 
     // Health was never recorded.
     assert!(lines.iter().all(|l| !l.contains("\"/livez\"")), "{lines:?}");
+    // The policy's decisions and the events, counted (the scrape's own RequestReceived too).
+    let metrics = proxy
+        .get_with(
+            server.addr,
+            "/metrics",
+            &[
+                ("x-remote-user", "admin"),
+                ("x-remote-group", "system:masters"),
+            ],
+        )
+        .await;
+    for line in [
+        "apiserver_audit_event_total 6\n",
+        "apiserver_audit_level_total{level=\"None\"} 1\n",
+        "apiserver_audit_level_total{level=\"Metadata\"} 4\n",
+        "apiserver_audit_requests_rejected_total 0\n",
+    ] {
+        assert!(metrics.body.contains(line), "{line}{}", metrics.body);
+    }
     server.shutdown.cancel();
 }
 

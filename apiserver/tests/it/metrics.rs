@@ -148,12 +148,17 @@ async fn metrics_is_prometheus_text() {
         ("process_open_fds", "gauge"),
         ("apiserver_request_total", "counter"),
         ("apiserver_request_duration_seconds", "histogram"),
+        // Registered without an audit log, as k8s.io/apiserver registers them (the labelled
+        // ones appear with their first sample, as client_golang writes them).
+        ("apiserver_audit_event_total", "counter"),
+        ("apiserver_audit_requests_rejected_total", "counter"),
     ] {
         assert_eq!(families.get(name).map(String::as_str), Some(kind), "{name}");
     }
     assert!(reply.body.contains(
         "apiserver_request_total{verb=\"get\",group=\"\",version=\"\",resource=\"\",code=\"404\"} 1\n"
     ));
+    assert!(reply.body.contains("\napiserver_audit_event_total 0\n"));
     // Whatever metrics_server_* families are registered are metrics-server's own.
     let ours: BTreeSet<&str> = families
         .keys()
