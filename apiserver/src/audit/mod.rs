@@ -26,11 +26,13 @@
 //! `apiserver_audit_error_total{plugin}`.
 
 pub mod event;
+mod log;
 pub mod logfile;
 pub mod policy;
 pub mod webhook;
 
-use std::io::Write as _;
+pub use self::log::{Destination, Format, Log};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,36 +40,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode, header};
-use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use self::event::{Event, ObjectRef, ResponseStatus, User};
-use self::logfile::{LogFile, Rotation};
+use self::log::LogBackend;
 use self::policy::{Decision, Level, Policy, Stage};
 use crate::auth::{self, Attributes, UserInfo};
 use crate::body::Body;
 use crate::serve::router::{AUDIT_ID, Filter, PeerCertificates, RemoteAddr, Verdict};
 use crate::status::Status;
-
-/// Where events go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Destination {
-    /// Standard output (`--audit-log-path=-`).
-    Stdout,
-    /// A file, rotated.
-    File(PathBuf, Rotation),
-}
-
-/// `--audit-log-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// One JSON `Event` per line.
-    Json,
-    /// `audit.EventString`'s one-line text.
-    Legacy,
-}
 
 /// `--audit-log-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,17 +64,6 @@ pub enum Mode {
         /// `--audit-log-batch-buffer-size`.
         buffer: usize,
     },
-}
-
-/// The log backend's settings (`--audit-log-*`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Log {
-    /// `--audit-log-path` and the rotation flags.
-    pub destination: Destination,
-    /// `--audit-log-format`.
-    pub format: Format,
-    /// `--audit-log-mode`.
-    pub mode: Mode,
 }
 
 /// The audit settings: the policy and the backends its events go to (one at least).
@@ -127,28 +99,20 @@ pub enum Error {
     Webhook(#[from] webhook::Error),
 }
 
-/// Where lines are written.
-enum Writer {
-    Stdout,
-    File(LogFile),
-}
+/// Called with the number of events a backend dropped (to count them).
+pub type OnDropped = Arc<dyn Fn(usize) + Send + Sync>;
 
-impl Writer {
-    fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
-        match self {
-            Writer::Stdout => {
-                let mut out = std::io::stdout().lock();
-                out.write_all(line)?;
-                out.flush()
-            }
-            Writer::File(file) => file.write_all(line),
-        }
+/// A report that is due at most once a second, so that a full queue or a failing disk, which
+/// fail every event, are logged once a second and not once per request.
+#[derive(Debug, Default)]
+pub struct OncePerSecond(AtomicU64);
+
+impl OncePerSecond {
+    /// Whether to report now (and then not again within this second).
+    pub fn due(&self) -> bool {
+        let now = u64::try_from(crate::serve::router::unix_now_ns() / 1_000_000_000).unwrap_or(0);
+        self.0.swap(now, Ordering::Relaxed) != now
     }
-}
-
-enum Sink {
-    Direct(Mutex<Writer>),
-    Queue(std::sync::mpsc::SyncSender<Vec<u8>>),
 }
 
 /// The audit families of `/metrics`, as k8s.io/apiserver names them and registers them
@@ -196,16 +160,6 @@ impl Metrics {
     }
 }
 
-/// The log backend.
-struct LogBackend {
-    sink: Sink,
-    format: Format,
-    strict: bool,
-    /// When a dropped event was last reported (Unix seconds), so a full queue is logged once
-    /// a second, not once per event.
-    last_drop_report: AtomicU64,
-}
-
 /// The webhook backend.
 struct WebhookBackend {
     webhook: webhook::Webhook,
@@ -223,7 +177,7 @@ pub struct Auditor {
 impl std::fmt::Debug for Auditor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Auditor")
-            .field("log", &self.log.as_ref().map(|l| l.format))
+            .field("log", &self.log.is_some())
             .field("webhook", &self.webhook.is_some())
             .finish_non_exhaustive()
     }
@@ -263,22 +217,20 @@ impl Auditor {
     /// runtime); what happens is counted in `metrics`.
     pub fn new(config: &Config, metrics: Metrics) -> Result<Auditor, Error> {
         let policy = Policy::load(&config.policy_file)?;
+        let dropped = |plugin: &'static str| -> OnDropped {
+            let metrics = metrics.clone();
+            Arc::new(move |n| metrics.errors(plugin, n))
+        };
         let log = config
             .log
             .as_ref()
-            .map(|log| LogBackend::open(log, &metrics))
+            .map(|log| LogBackend::open(log, dropped("log")))
             .transpose()?;
         let webhook = match &config.webhook {
-            Some(webhook) => {
-                let errors = metrics.clone();
-                Some(WebhookBackend {
-                    webhook: webhook::Webhook::start(
-                        webhook,
-                        Arc::new(move |n| errors.errors("webhook", n)),
-                    )?,
-                    strict: webhook.mode == Mode::BlockingStrict,
-                })
-            }
+            Some(webhook) => Some(WebhookBackend {
+                webhook: webhook::Webhook::start(webhook, dropped("webhook"))?,
+                strict: webhook.mode == Mode::BlockingStrict,
+            }),
             None => None,
         };
         Ok(Auditor {
@@ -305,14 +257,13 @@ impl Auditor {
     /// Hands `event` to every backend; false when a `blocking-strict` one could not take it.
     fn write(&self, event: &Event) -> bool {
         self.metrics.events.inc();
+        // Each backend counts what it drops (the webhook also a batch that fails later).
         let mut stored = true;
         if let Some(log) = &self.log
             && !log.write(event)
         {
-            self.metrics.errors("log", 1);
             stored &= !log.strict;
         }
-        // The webhook counts what it drops itself (queue full now, a failed batch later).
         if let Some(backend) = &self.webhook
             && !backend.webhook.process(event)
         {
@@ -410,78 +361,6 @@ impl Auditor {
             .levels
             .get_or_create(&vec![("level".to_owned(), level.as_str().to_owned())])
             .inc();
-    }
-}
-
-impl LogBackend {
-    fn open(config: &Log, metrics: &Metrics) -> Result<LogBackend, Error> {
-        let writer = match &config.destination {
-            Destination::Stdout => Writer::Stdout,
-            Destination::File(path, rotation) => {
-                Writer::File(LogFile::open(path, rotation.clone()).map_err(|source| {
-                    Error::Open {
-                        path: path.display().to_string(),
-                        source,
-                    }
-                })?)
-            }
-        };
-        let sink = match config.mode {
-            Mode::Blocking | Mode::BlockingStrict => Sink::Direct(Mutex::new(writer)),
-            Mode::Batch { buffer } => {
-                let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(buffer.max(1));
-                let errors = metrics.clone();
-                let mut writer = writer;
-                std::thread::Builder::new()
-                    .name("audit".into())
-                    .spawn(move || {
-                        for line in receiver {
-                            if let Err(error) = writer.write(&line) {
-                                errors.errors("log", 1);
-                                tracing::error!(%error, "unable to write an audit event");
-                            }
-                        }
-                    })
-                    .map_err(Error::Thread)?;
-                Sink::Queue(sender)
-            }
-        };
-        Ok(LogBackend {
-            sink,
-            format: config.format,
-            strict: config.mode == Mode::BlockingStrict,
-            last_drop_report: AtomicU64::new(0),
-        })
-    }
-
-    /// Writes (or queues) `event`'s line; false when it could not.
-    fn write(&self, event: &Event) -> bool {
-        let line = match self.format {
-            Format::Json => event.json_line(),
-            Format::Legacy => event.legacy_line(),
-        };
-        match &self.sink {
-            Sink::Direct(writer) => match writer.lock().write(&line) {
-                Ok(()) => true,
-                Err(error) => {
-                    tracing::error!(%error, "unable to write an audit event");
-                    false
-                }
-            },
-            Sink::Queue(sender) => match sender.try_send(line) {
-                Ok(()) => true,
-                Err(_) => {
-                    let now = crate::serve::router::unix_now_ns() / 1_000_000_000;
-                    let now = u64::try_from(now).unwrap_or(0);
-                    if self.last_drop_report.swap(now, Ordering::Relaxed) != now {
-                        tracing::error!(
-                            "audit buffer queue blocked: audit events are being dropped (--audit-log-batch-buffer-size)"
-                        );
-                    }
-                    false
-                }
-            },
-        }
     }
 }
 

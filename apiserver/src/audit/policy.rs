@@ -520,6 +520,30 @@ rules:
     }
 
     #[test]
+    fn a_policy_file_that_cannot_be_read_or_decoded_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.yaml");
+        let error = Policy::load(&missing).unwrap_err().to_string();
+        assert!(
+            error.starts_with("failed to read audit policy file") && error.contains("missing.yaml"),
+            "{error}"
+        );
+        let bad = dir.path().join("bad.yaml");
+        std::fs::write(
+            &bad,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- {}\n",
+        )
+        .unwrap();
+        let error = Policy::load(&bad).unwrap_err().to_string();
+        assert!(
+            error.contains("invalid audit policy file")
+                && error.contains("bad.yaml")
+                && error.contains("rules[0].level: Required value"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn bad_policies_are_refused_with_the_reason() {
         for (text, words) in [
             (

@@ -34,7 +34,7 @@
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -50,6 +50,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::Mode;
+use super::OnDropped;
 use super::event::Event;
 
 /// `--audit-webhook-batch-buffer-size`'s default, and the queue of the blocking modes.
@@ -120,9 +121,6 @@ pub enum Error {
     },
 }
 
-/// Called with the number of events dropped.
-type OnError = Arc<dyn Fn(usize) + Send + Sync>;
-
 /// The webhook backend: the sending side of its queue.
 pub struct Webhook {
     queue: mpsc::Sender<Vec<u8>>,
@@ -131,9 +129,9 @@ pub struct Webhook {
     /// True once the task has ended.
     finished: watch::Receiver<bool>,
     closed: AtomicBool,
-    on_error: OnError,
-    /// When a dropped event was last logged (Unix seconds).
-    last_drop_report: AtomicU64,
+    on_error: OnDropped,
+    /// Why events are dropped, logged at most once a second.
+    report: super::OncePerSecond,
 }
 
 impl std::fmt::Debug for Webhook {
@@ -152,7 +150,7 @@ impl Webhook {
     /// Loads the kubeconfig and starts the sending task on the current Tokio runtime (it
     /// panics outside one, as `tokio::spawn` does). `on_error` is called once per event that
     /// is dropped (queue full, or its batch failed for good), with how many.
-    pub fn start(config: &Config, on_error: OnError) -> Result<Webhook, Error> {
+    pub fn start(config: &Config, on_error: OnDropped) -> Result<Webhook, Error> {
         let delivery = Arc::new(Delivery::new(config)?);
         let (buffer, plan) = match config.mode {
             Mode::Batch { buffer } => (
@@ -189,7 +187,7 @@ impl Webhook {
             finished,
             closed: AtomicBool::new(false),
             on_error,
-            last_drop_report: AtomicU64::new(0),
+            report: super::OncePerSecond::default(),
         })
     }
 
@@ -209,8 +207,7 @@ impl Webhook {
             }
         };
         (self.on_error)(1);
-        let now = u64::try_from(scraper::clock::unix_now_ns() / 1_000_000_000).unwrap_or(0);
-        if self.last_drop_report.swap(now, Ordering::Relaxed) != now {
+        if self.report.due() {
             tracing::error!(
                 plugin = "webhook",
                 "{reason}: audit events are being dropped"
@@ -290,7 +287,7 @@ async fn throttle(limiter: Option<&DefaultDirectRateLimiter>) {
 /// Events on their way (serialized): dropped undelivered, they are counted.
 struct Batch {
     items: Vec<Vec<u8>>,
-    on_error: OnError,
+    on_error: OnDropped,
 }
 
 impl Drop for Batch {
@@ -302,7 +299,7 @@ impl Drop for Batch {
 }
 
 impl Batch {
-    fn new(on_error: &OnError) -> Batch {
+    fn new(on_error: &OnDropped) -> Batch {
         Batch {
             items: Vec::new(),
             on_error: on_error.clone(),
@@ -331,7 +328,7 @@ async fn run(
     mut stop: watch::Receiver<Option<Instant>>,
     plan: Plan,
     delivery: Arc<Delivery>,
-    on_error: OnError,
+    on_error: OnDropped,
     done: watch::Sender<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -413,7 +410,7 @@ async fn collect(
     queue: &mut mpsc::Receiver<Vec<u8>>,
     stop: &mut watch::Receiver<Option<Instant>>,
     plan: &Plan,
-    on_error: &OnError,
+    on_error: &OnDropped,
 ) -> (Option<Batch>, bool) {
     let first = tokio::select! {
         biased;
@@ -788,7 +785,7 @@ mod tests {
     }
 
     /// An `on_error` that reports on a channel.
-    fn counter() -> (OnError, mpsc::UnboundedReceiver<usize>) {
+    fn counter() -> (OnDropped, mpsc::UnboundedReceiver<usize>) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (
             Arc::new(move |n| {

@@ -228,6 +228,7 @@ pub(super) async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
+        // Heads are timed by the connection's activity (above), not by hyper.
         .header_read_timeout(None)
         // The read buffer bounds the head's memory: one that fills it unparsed gets hyper's
         // 431. A read can take it past the limit, so the service checks the parsed head's

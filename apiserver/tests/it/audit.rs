@@ -54,7 +54,20 @@ impl Cluster {
         self.dir.path().join(name)
     }
 
+    /// The server, auditing to `logs/audit.log` in `format` and `mode`, and to `webhook`.
     async fn start(&self, format: Format, mode: Mode, webhook: Option<webhook::Config>) -> Running {
+        let file = Destination::File(self.path("logs/audit.log"), unrotated());
+        self.start_to(file, format, mode, webhook).await
+    }
+
+    /// The same with the log written to `destination`.
+    async fn start_to(
+        &self,
+        destination: Destination,
+        format: Format,
+        mode: Mode,
+        webhook: Option<webhook::Config>,
+    ) -> Running {
         let settings = |s: &mut Settings| {
             s.kubeconfig = Some(self.path("kubeconfig"));
             s.authn.requestheader_client_ca_file = Some(self.path("front-proxy-ca.crt"));
@@ -63,15 +76,7 @@ impl Cluster {
             s.audit = Some(Config {
                 policy_file: self.path("policy.yaml"),
                 log: Some(Log {
-                    destination: Destination::File(
-                        self.path("logs/audit.log"),
-                        apiserver::audit::logfile::Rotation {
-                            max_bytes: 100 << 20,
-                            max_backups: 0,
-                            max_age: None,
-                            compress: false,
-                        },
-                    ),
+                    destination: destination.clone(),
                     format,
                     mode,
                 }),
@@ -94,6 +99,16 @@ impl Cluster {
         })
         .await
         .unwrap_or_else(|| panic!("{count} audit lines in {}", path.display()))
+    }
+}
+
+/// A log file that is never rotated in these tests.
+fn unrotated() -> apiserver::audit::logfile::Rotation {
+    apiserver::audit::logfile::Rotation {
+        max_bytes: 100 << 20,
+        max_backups: 0,
+        max_age: None,
+        compress: false,
     }
 }
 
@@ -429,5 +444,55 @@ async fn the_webhook_receives_the_events_the_log_gets() {
         assert_eq!(item["auditID"], r.headers["audit-id"].to_str().unwrap());
         assert_eq!(item["stageTimestamp"], logged["stageTimestamp"]);
     }
+    server.shutdown.cancel();
+}
+
+/// A log that cannot be written (a full disk: `/dev/full` fails every write with ENOSPC).
+/// `blocking` serves on and counts each lost event; `blocking-strict` refuses the request with
+/// k8s.io/apiserver's 500 and counts the refusal.
+#[tokio::test]
+async fn an_unwritable_log_is_counted_and_strict_mode_refuses_the_request() {
+    let full = Destination::File(PathBuf::from("/dev/full"), unrotated());
+    let path = "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods";
+    let admin = [
+        ("x-remote-user", "admin"),
+        ("x-remote-group", "system:masters"),
+    ];
+    // blocking: served; each event lost is counted (the request's two, and the scrape's own
+    // RequestReceived before its answer is written).
+    let cluster = Cluster::new();
+    let server = cluster
+        .start_to(full.clone(), Format::Json, Mode::Blocking, None)
+        .await;
+    let proxy = with_cert(&cluster.front_proxy, "front-proxy-client", &[]);
+    let r = proxy.get_with(server.addr, path, &admin).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let metrics = proxy.get_with(server.addr, "/metrics", &admin).await;
+    for line in [
+        "apiserver_audit_error_total{plugin=\"log\"} 3\n",
+        "apiserver_audit_requests_rejected_total 0\n",
+    ] {
+        assert!(metrics.body.contains(line), "{line}{}", metrics.body);
+    }
+    server.shutdown.cancel();
+
+    // blocking-strict: every request is refused at its RequestReceived, `/metrics` too.
+    let cluster = Cluster::new();
+    let server = cluster
+        .start_to(full, Format::Json, Mode::BlockingStrict, None)
+        .await;
+    let proxy = with_cert(&cluster.front_proxy, "front-proxy-client", &[]);
+    let r = proxy.get_with(server.addr, path, &admin).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        r.headers[http::header::CONTENT_TYPE],
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(
+        r.body,
+        format!("Internal Server Error: \"{path}\": failed to store audit event\n")
+    );
+    let metrics = proxy.get_with(server.addr, "/metrics", &admin).await;
+    assert_eq!(metrics.status, StatusCode::INTERNAL_SERVER_ERROR);
     server.shutdown.cancel();
 }
