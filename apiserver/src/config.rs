@@ -91,6 +91,7 @@ impl Settings {
                 max_in_flight: 64,
                 slot_hold: scraper::scrape::DEFAULT_SLOT_HOLD,
                 source: scraper::kubelet::Source::Resource,
+                summary_warmup: true,
                 address_types: split(DEFAULT_ADDRESS_TYPES),
                 kubelet_port: 10250,
                 use_node_status_port: false,

@@ -7,7 +7,10 @@
 //!   the kubelet's sample timestamps have moved on (see [`warmup`]). A node leaves warm-up
 //!   when nothing it reported waits for a second point, when a scrape fails, or after
 //!   [`warmup::limit`] (a period plus a housekeeping interval). With `usageNanoCores`
-//!   (`--kubelet-source=summary`) the first scrape is enough.
+//!   (`--kubelet-source=summary`) the first scrape is enough. With `/metrics/resource`,
+//!   the first warm-up scrape also asks `/stats/summary` (`--kubelet-summary-warmup`) and
+//!   lends its `usageNanoCores` to the samples: the node and its pods are served after that
+//!   one scrape, and the warm-up goes on until their counters pair.
 //! - **Steady**: every `--metric-resolution` period, one request per node, spread evenly
 //!   over the first [`PERIOD_SPREAD`] of the period (so the last request has the rest of it
 //!   to finish, and a period's `metrics_server_manager_tick_duration_seconds` stays under the
@@ -17,7 +20,7 @@
 //! Each node's result goes to the store as soon as it arrives: there is no barrier waiting
 //! for the slowest kubelet (metrics-server waits for all, §3.2). [`Progress`] tells the
 //! health checks and the cold-store rule when the first round is complete: every node of the
-//! first list answered (with nothing left to wait for) or failed.
+//! first list answered (with everything it reported served) or failed.
 //!
 //! # Layout
 //! - this file: [`Config`], [`Progress`], [`NodeSource`], [`run`] and the schedule.
@@ -30,7 +33,7 @@ mod warmup;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
@@ -66,6 +69,12 @@ pub struct Config {
     pub slot_hold: Duration,
     /// Which kubelet endpoint.
     pub source: Source,
+    /// `--kubelet-summary-warmup`: with the `/metrics/resource` source, a node's first
+    /// warm-up scrape also asks `/stats/summary` and lends its `usageNanoCores` (the
+    /// kubelet's own rate) to the samples, so the node and its pods are served at once
+    /// instead of after the kubelet's next refresh. Needs `get` on `nodes/stats`; a 403
+    /// turns it off with one log line.
+    pub summary_warmup: bool,
     /// `--kubelet-preferred-address-types`, in priority order.
     pub address_types: Vec<String>,
     /// `--kubelet-port`.
@@ -93,7 +102,7 @@ pub struct Progress {
     pub last_scrape_done_ns: AtomicI64,
     /// Not started (0), running or complete.
     first_round: AtomicU8,
-    /// Nodes of the first round still warming up.
+    /// Nodes of the first round not yet served (nor failed).
     first_round_pending: AtomicUsize,
 }
 
@@ -118,13 +127,13 @@ impl Progress {
         Some(self.last_scrape_done_ns.load(Ordering::Relaxed)).filter(|&t| t != 0)
     }
 
-    /// Whether every node of the first list has answered (with no series left waiting for
-    /// a second point) or failed. Until then the store may hold a partial cluster.
+    /// Whether every node of the first list has answered (with everything it reported
+    /// served) or failed. Until then the store may hold a partial cluster.
     pub fn first_round_complete(&self) -> bool {
         self.first_round.load(Ordering::Acquire) == ROUND_COMPLETE
     }
 
-    /// Nodes of the first round still warming up; `None` before the round starts (the
+    /// Nodes of the first round not yet served (nor failed); `None` before the round starts (the
     /// inventory has not listed yet) and once it is complete.
     pub fn first_round_pending(&self) -> Option<usize> {
         (self.first_round.load(Ordering::Acquire) == ROUND_RUNNING)
@@ -228,6 +237,8 @@ struct Shared {
     /// Per-node state: a lock so one node never has two requests in flight, and the
     /// rate limiter of its error logs.
     nodes: parking_lot::Mutex<HashMap<NodeName, node::State>>,
+    /// Set when a kubelet refused `/stats/summary` (403): warm-up scrapes stop asking it.
+    summary_refused: AtomicBool,
 }
 
 /// One period: when it started and how many of its scrapes are still to finish. The last
@@ -298,6 +309,7 @@ pub async fn run<N: NodeSource + ?Sized>(
         progress,
         clock: Clock::start(),
         nodes: parking_lot::Mutex::new(HashMap::new()),
+        summary_refused: AtomicBool::new(false),
     });
 
     let mut changes = inventory.subscribe();
@@ -368,7 +380,7 @@ struct Tracked {
     epoch: u64,
     /// While warming up: when the warm-up started, and the scrapes it has had.
     warming: Option<(Instant, u32)>,
-    /// Counted in the first round until its warm-up ends.
+    /// Counted in the first round until all it reported is served or its warm-up ends.
     first_round: bool,
     /// The scheduled scrape.
     next: Option<Next>,
@@ -578,10 +590,11 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
                 continue;
             }
             let period = tracked.next.take().and_then(|next| next.period);
-            let kind = if tracked.warming.is_some() {
-                node::Kind::Warmup
-            } else {
-                node::Kind::Steady
+            let kind = match tracked.warming {
+                Some((_, attempts)) => node::Kind::Warmup {
+                    first: attempts == 0,
+                },
+                None => node::Kind::Steady,
             };
             let handle = self.tasks.spawn(node::scrape(
                 self.shared.clone(),
@@ -617,26 +630,36 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         };
         *attempts += 1;
         let (since, attempts) = (*since, *attempts);
-        match outcome.ingested {
-            None => self.end_warmup(&outcome.node, WarmupEnd::Failed, now),
-            Some(ingested) if ingested.pending == 0 => {
-                self.end_warmup(&outcome.node, WarmupEnd::Warm, now);
-            }
-            Some(ingested) => {
-                let refresh = warmup::expected_refresh_ns(ingested.pending_newest_ns);
-                let at = warmup::next_attempt(attempts, self.shared.clock.instant(refresh), now);
-                if at.saturating_duration_since(since) >= warmup::limit(self.shared.resolution) {
-                    // The next tick puts it on the steady schedule.
-                    self.end_warmup(&outcome.node, WarmupEnd::GaveUp, now);
-                    return;
-                }
-                tracing::trace!(node = %outcome.node, pending = ingested.pending, attempts,
-                    since_ms = now.saturating_duration_since(since).as_millis() as u64,
-                    "warming up: series wait for a newer sample");
-                // A tick past about a period of warm-up replaces this with the steady slot.
-                self.schedule(&outcome.node, at, None);
-            }
+        let Some(ingested) = outcome.ingested else {
+            self.end_warmup(&outcome.node, WarmupEnd::Failed, now);
+            return;
+        };
+        // Series served from the kubelet's own rate still wait for a pair of their own with
+        // `/metrics/resource`; with the summary source that rate is the steady state.
+        let unpaired = match self.shared.config.source {
+            Source::Resource => ingested.unpaired,
+            Source::Summary => 0,
+        };
+        if ingested.pending + unpaired == 0 {
+            self.end_warmup(&outcome.node, WarmupEnd::Warm, now);
+            return;
         }
+        if ingested.pending == 0 {
+            // Everything it reported is served: the first round need not wait for the pairs.
+            self.first_round_done(&outcome.node, WarmupEnd::Warm, now);
+        }
+        let refresh = warmup::expected_refresh_ns(ingested.waiting_newest_ns);
+        let at = warmup::next_attempt(attempts, self.shared.clock.instant(refresh), now);
+        if at.saturating_duration_since(since) >= warmup::limit(self.shared.resolution) {
+            // The next tick puts it on the steady schedule.
+            self.end_warmup(&outcome.node, WarmupEnd::GaveUp, now);
+            return;
+        }
+        tracing::trace!(node = %outcome.node, pending = ingested.pending, unpaired, attempts,
+            since_ms = now.saturating_duration_since(since).as_millis() as u64,
+            "warming up: series wait for a newer sample");
+        // A tick past about a period of warm-up replaces this with the steady slot.
+        self.schedule(&outcome.node, at, None);
     }
 
     fn end_warmup(&mut self, name: &NodeName, end: WarmupEnd, now: Instant) {
@@ -649,6 +672,15 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         tracing::debug!(node = %name, ?end, attempts,
             elapsed_ms = now.saturating_duration_since(since).as_millis() as u64,
             "warm-up done");
+        self.first_round_done(name, end, now);
+    }
+
+    /// A node of the first round is served, failed, gave up or is gone; logs the round's
+    /// end with the last of them.
+    fn first_round_done(&mut self, name: &NodeName, end: WarmupEnd, now: Instant) {
+        let Some(tracked) = self.nodes.get_mut(name) else {
+            return;
+        };
         if !std::mem::take(&mut tracked.first_round) {
             return;
         }

@@ -346,6 +346,17 @@ pub struct Kubelet {
     #[arg(long, value_enum, value_name = "source", default_value = "resource")]
     pub kubelet_source: KubeletSource,
 
+    /// (ours) With --kubelet-source=resource, a node's first scrape after start (or after it
+    /// joins) also asks the kubelet's /stats/summary for the CPU rates the kubelet computed
+    /// itself (usageNanoCores), so the node and its pods are served within a second of
+    /// start rather than after the kubelet's next stats refresh (about 10 s); later scrapes
+    /// pair /metrics/resource samples as usual. Needs get on nodes/stats; when a kubelet
+    /// answers 403 it is turned off, with one log line.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "true", value_parser = go_bool, action = ArgAction::Set,
+          value_name = "bool")]
+    pub kubelet_summary_warmup: bool,
+
     /// (ours) Largest kubelet response body accepted (a quantity: 64Mi, 1Gi, bytes).
     #[arg(long, value_name = "quantity", default_value = "64Mi")]
     pub kubelet_max_body_bytes: ByteSize,

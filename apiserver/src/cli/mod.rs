@@ -469,6 +469,7 @@ impl Flags {
                 max_in_flight: self.server.scrape_max_in_flight,
                 slot_hold: scraper::scrape::DEFAULT_SLOT_HOLD,
                 source: k.kubelet_source.into(),
+                summary_warmup: k.kubelet_summary_warmup,
                 address_types: k.kubelet_preferred_address_types.clone(),
                 kubelet_port: k.kubelet_port,
                 use_node_status_port: k.kubelet_use_node_status_port,

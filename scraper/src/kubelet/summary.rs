@@ -4,11 +4,14 @@
 //! (network, fs, psi, io, systemContainers, ...) is skipped. Every numeric field and
 //! every `cpu`/`memory` object may be absent or `null`. Mirrors the field choice of
 //! metrics-server v0.5's `pkg/scraper/client/summary` decoder, with presence kept explicit so
-//! the store decides what is valid.
+//! the store decides what is valid. [`attach_rates`] lends a summary's rates to a
+//! `/metrics/resource` scrape at warm-up.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
+use foldhash::fast::RandomState;
 use memchr::memchr;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
@@ -70,6 +73,49 @@ pub fn parse(body: &[u8], request_time_ns: i64) -> Result<NodeScrape<'_>, ParseE
         }
     }
     Ok(NodeScrape { node, containers })
+}
+
+/// How far apart the timestamps of one sample can read in the two endpoints: the summary's
+/// `time` is a `metav1.Time`, whole seconds, where `/metrics/resource` has milliseconds.
+const SAME_SAMPLE_NS: i64 = 1_000_000_000;
+
+/// Attaches the kubelet's own CPU rates (`usageNanoCores`) from a summary of a node to the
+/// samples of a `/metrics/resource` scrape of the same node taken just before it, so the
+/// store can serve those series at once, before a second sample gives a rate of its own.
+///
+/// A series gets a rate only when the summary's sample of it is the same sample, the two
+/// timestamps within [`SAME_SAMPLE_NS`] of each other (a kubelet whose housekeeping ran in
+/// between reports a newer sample, and its rate is left out); a series the summary has no
+/// rate for (a container on its first sample) keeps none. Returns how many series got one.
+pub fn attach_rates(resource: &mut NodeScrape<'_>, summary: &NodeScrape<'_>) -> usize {
+    let same = |a: i64, b: i64| a.abs_diff(b) < SAME_SAMPLE_NS.unsigned_abs();
+    let mut attached = 0;
+    if let (Some(node), Some(rates)) = (&mut resource.node, &summary.node)
+        && let Some(nanocores) = rates.cpu_nanocores
+        && same(node.timestamp_ns, rates.timestamp_ns)
+    {
+        node.cpu_nanocores = Some(nanocores);
+        attached += 1;
+    }
+    let rates: HashMap<(&str, &str, &str), &Sample, RandomState> = summary
+        .containers
+        .iter()
+        .filter(|c| c.sample.cpu_nanocores.is_some())
+        .map(|c| ((&*c.namespace, &*c.pod, &*c.container), &c.sample))
+        .collect();
+    if rates.is_empty() {
+        return attached;
+    }
+    for c in &mut resource.containers {
+        let key = (&*c.namespace, &*c.pod, &*c.container);
+        if let Some(rate) = rates.get(&key)
+            && same(c.sample.timestamp_ns, rate.timestamp_ns)
+        {
+            c.sample.cpu_nanocores = rate.cpu_nanocores;
+            attached += 1;
+        }
+    }
+    attached
 }
 
 fn sample(

@@ -4,13 +4,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use http::StatusCode;
 use tokio::sync::SemaphorePermit;
 use tokio::time::Instant;
 
 use super::{Period, Shared};
 use crate::inventory::NodeRecord;
-use crate::kubelet::ParseError;
-use crate::kubelet::client::{self, TargetError};
+use crate::kubelet::client::{self, Body, Target, TargetError};
+use crate::kubelet::{ParseError, summary};
 use crate::point::NodeName;
 
 /// Per-node error logs are repeated at most this often; counters count every failure.
@@ -63,8 +64,12 @@ pub(super) enum Kind {
     /// On the evenly spread schedule: one deadline counts queueing and the request.
     Steady,
     /// Warm-up: many nodes are due at once, so a scrape may queue for a slot up to a
-    /// resolution; the request deadline counts from the slot.
-    Warmup,
+    /// resolution; the request deadline counts from the slot. The node's `first` warm-up
+    /// scrape also asks for the kubelet's own rates (`--kubelet-summary-warmup`).
+    Warmup {
+        /// The node's first warm-up scrape.
+        first: bool,
+    },
 }
 
 /// What a scrape task hands back to the loop.
@@ -194,7 +199,7 @@ async fn fetch_and_store(
     let target = shared.resolver.resolve(record)?;
     let queue_limit = match kind {
         Kind::Steady => shared.request_timeout,
-        Kind::Warmup => shared.resolution.max(shared.request_timeout),
+        Kind::Warmup { .. } => shared.resolution.max(shared.request_timeout),
     };
     let queued = || Error::Queued {
         node: node.clone(),
@@ -216,13 +221,28 @@ async fn fetch_and_store(
         .map_err(|_| queued())?;
     let deadline = match kind {
         Kind::Steady => start + shared.request_timeout,
-        Kind::Warmup => Instant::now() + shared.request_timeout,
+        Kind::Warmup { .. } => Instant::now() + shared.request_timeout,
+    };
+    let rates = match kind {
+        Kind::Warmup { first: true }
+            if shared.config.summary_warmup && !shared.summary_refused.load(Ordering::Relaxed) =>
+        {
+            shared.resolver.summary(record, &target)
+        }
+        _ => None,
     };
     let request_time_ns = shared.clock.unix_ns(Instant::now());
-    let fetch = shared.client.fetch(&target, deadline);
-    let (body, _slot) = holding_for_at_most(fetch, slot, shared.config.slot_hold).await;
-    let body = body?;
-    let scrape = shared
+    let fetch = async {
+        let body = shared.client.fetch(&target, deadline).await?;
+        let rates = match &rates {
+            Some(summary) => fetch_rates(shared, summary, deadline).await,
+            None => None,
+        };
+        Ok::<_, client::Error>((body, rates))
+    };
+    let (fetched, _slot) = holding_for_at_most(fetch, slot, shared.config.slot_hold).await;
+    let (body, rates) = fetched?;
+    let mut scrape = shared
         .config
         .source
         .parse(&body, request_time_ns)
@@ -230,8 +250,46 @@ async fn fetch_and_store(
             node: node.clone(),
             source,
         })?;
+    if let Some(rates) = &rates {
+        match summary::parse(rates, request_time_ns) {
+            Ok(summary) => {
+                let attached = summary::attach_rates(&mut scrape, &summary);
+                tracing::trace!(node = %node, attached, "kubelet rates attached");
+            }
+            Err(error) => {
+                tracing::debug!(node = %node, %error, "kubelet summary unreadable; warm-up waits for the next sample");
+            }
+        }
+    }
     let now_ns = shared.clock.unix_ns(Instant::now());
     Ok(shared.store.ingest(node, &scrape, now_ns))
+}
+
+/// How long the warm-up's summary may take beyond the `/metrics/resource` answer: the data
+/// in hand is not held back longer for it.
+const RATES_WAIT: Duration = Duration::from_secs(2);
+
+/// The node's `/stats/summary`, for its rates; `None` when it cannot be had. A 403 (the
+/// server may `get` `nodes/metrics` but not `nodes/stats`, as with metrics-server's RBAC)
+/// turns the summary off for every later warm-up, with one log line.
+async fn fetch_rates(shared: &Shared, summary: &Target, deadline: Instant) -> Option<Body> {
+    let deadline = deadline.min(Instant::now() + RATES_WAIT);
+    match shared.client.fetch(summary, deadline).await {
+        Ok(body) => Some(body),
+        Err(client::Error::Status { status, .. }) if status == StatusCode::FORBIDDEN => {
+            if !shared.summary_refused.swap(true, Ordering::Relaxed) {
+                tracing::info!(
+                    node = %summary.node,
+                    "kubelet refused /stats/summary (403): warm-up waits for each kubelet's next refresh (about 10 s) instead of using its own rates; grant get on nodes/stats to serve metrics within a second of start, or set --kubelet-summary-warmup=false"
+                );
+            }
+            None
+        }
+        Err(error) => {
+            tracing::debug!(node = %summary.node, %error, "kubelet summary unavailable; warm-up waits for the next sample");
+            None
+        }
+    }
 }
 
 /// Runs `work` holding `slot` for at most `hold`: work still running then gives the slot back

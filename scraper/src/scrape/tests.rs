@@ -59,6 +59,7 @@ fn config(resolution: Duration) -> Config {
         max_in_flight: 4,
         slot_hold: super::DEFAULT_SLOT_HOLD,
         source: Source::Resource,
+        summary_warmup: false,
         address_types: vec!["InternalIP".to_owned()],
         kubelet_port: 10250,
         use_node_status_port: false,

@@ -185,14 +185,17 @@ pub(super) struct PodHistory {
 }
 
 impl PodHistory {
-    /// Containers waiting for a second point, and the newest timestamp among them.
-    pub(super) fn pending(&self) -> (u32, i64) {
-        self.containers
-            .iter()
-            .filter(|c| c.rate == Rate::Pending)
-            .fold((0, 0), |(n, newest), c| {
-                (n + 1, newest.max(c.last.timestamp_ns))
-            })
+    /// Its containers that wait for a newer sample.
+    pub(super) fn waiting(&self) -> Waiting {
+        let mut waiting = Waiting::default();
+        for c in &self.containers {
+            match c.rate {
+                Rate::Pending => waiting.add_pending(c.last.timestamp_ns),
+                Rate::Ready(_) if c.prev.is_none() => waiting.add_unpaired(c.last.timestamp_ns),
+                Rate::Ready(_) | Rate::Failed => {}
+            }
+        }
+        waiting
     }
 
     /// Containers with servable usage.
@@ -201,6 +204,57 @@ impl PodHistory {
             .iter()
             .filter(|c| matches!(c.rate, Rate::Ready(_)))
             .count() as u32
+    }
+}
+
+/// Series that wait for a newer sample: what a warm-up scrape waits out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Waiting {
+    /// Series with one point and no usage: they wait for a second point.
+    pub(super) pending: u32,
+    /// Series served from the kubelet's own rate (summary `usageNanoCores`) that have no
+    /// pair of points yet: served, but their next usage needs a newer sample.
+    pub(super) unpaired: u32,
+    /// The newest sample timestamp among them, Unix ns; 0 when there is none.
+    pub(super) newest_ns: i64,
+}
+
+impl Waiting {
+    pub(super) fn add_pending(&mut self, timestamp_ns: i64) {
+        self.pending += 1;
+        self.newest_ns = self.newest_ns.max(timestamp_ns);
+    }
+
+    pub(super) fn add_unpaired(&mut self, timestamp_ns: i64) {
+        self.unpaired += 1;
+        self.newest_ns = self.newest_ns.max(timestamp_ns);
+    }
+}
+
+/// A container's rate once `entry` holds the scrape's point: from the pair of points, or
+/// from the kubelet's own `cpu_nanocores`. `served` is what the container had when the
+/// scrape brought the very sample it already held (the kubelet has not refreshed it since):
+/// a scrape with nothing new keeps a usage that no pair can replace yet (one the kubelet
+/// computed, attached at warm-up) instead of taking it away until the next refresh.
+fn next_rate(
+    entry: &ContainerEntry,
+    cpu_nanocores: Option<u64>,
+    served: Option<Rate>,
+    on_skip: &mut impl FnMut(Skipped<'_>),
+) -> Rate {
+    match rate::usage(entry.prev.as_ref(), &entry.last, cpu_nanocores) {
+        Ok(Some(usage)) => Rate::Ready(usage),
+        Ok(None) => match served {
+            Some(ready @ Rate::Ready(_)) => ready,
+            _ => Rate::Pending,
+        },
+        Err(error) => {
+            on_skip(Skipped {
+                container: &entry.name,
+                error,
+            });
+            Rate::Failed
+        }
     }
 }
 
@@ -255,8 +309,11 @@ impl PodHistory {
                     &new.point,
                     resolution_ns,
                 );
+                let served =
+                    (entry.last.timestamp_ns == new.point.timestamp_ns).then_some(entry.rate);
                 entry.last = new.point;
                 entry.prev = prev;
+                entry.rate = next_rate(entry, new.cpu_nanocores, served, &mut on_skip);
             }
         } else {
             let mut containers = Vec::with_capacity(new.len());
@@ -272,27 +329,19 @@ impl PodHistory {
                     &new.point,
                     resolution_ns,
                 );
-                containers.push(ContainerEntry {
+                let served = old
+                    .filter(|o| o.last.timestamp_ns == new.point.timestamp_ns)
+                    .map(|o| o.rate);
+                let mut entry = ContainerEntry {
                     name: old.map_or_else(|| names.get(new.name), |o| o.name.clone()),
                     last: new.point,
                     prev,
                     rate: Rate::Pending,
-                });
+                };
+                entry.rate = next_rate(&entry, new.cpu_nanocores, served, &mut on_skip);
+                containers.push(entry);
             }
             self.containers = containers;
-        }
-        for (entry, new) in self.containers.iter_mut().zip(new) {
-            entry.rate = match rate::usage(entry.prev.as_ref(), &entry.last, new.cpu_nanocores) {
-                Ok(Some(usage)) => Rate::Ready(usage),
-                Ok(None) => Rate::Pending,
-                Err(error) => {
-                    on_skip(Skipped {
-                        container: &entry.name,
-                        error,
-                    });
-                    Rate::Failed
-                }
-            };
         }
         self.build_usage(measure)
     }

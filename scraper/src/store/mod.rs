@@ -66,7 +66,7 @@ use crate::point::{
 };
 
 use crate::inventory::Interner;
-use entry::{KeyView, Names, NewContainer, NodeEntry, PodEntry, PodHistory, Skipped};
+use entry::{KeyView, Names, NewContainer, NodeEntry, PodEntry, PodHistory, Skipped, Waiting};
 use rate::Point;
 use slot::Linked;
 
@@ -122,19 +122,21 @@ pub struct Ingested {
     /// Series (the node's own and its containers') that have one point and wait for a
     /// second, newer one before a rate can be computed: what a warm-up scrape waits out.
     pub pending: u32,
-    /// The newest sample timestamp among the pending series, Unix ns; 0 when none is
-    /// pending. The kubelet refreshes a series one housekeeping interval after its last
-    /// sample, so this says when a scrape can next complete them.
-    pub pending_newest_ns: i64,
+    /// Series served from the kubelet's own rate (summary `usageNanoCores`, attached to a
+    /// warm-up scrape) that have no pair of points yet: servable now, but their next usage
+    /// needs a newer sample. (With `--kubelet-source=summary` every first sample is one.)
+    pub unpaired: u32,
+    /// The newest sample timestamp among the pending and unpaired series, Unix ns; 0 when
+    /// there is none. The kubelet refreshes a series one housekeeping interval after its
+    /// last sample, so this says when a scrape can next complete them.
+    pub waiting_newest_ns: i64,
 }
 
 impl Ingested {
-    /// Counts one series that waits for a second point taken at `timestamp_ns`.
-    fn add_pending(&mut self, count: u32, newest_ns: i64) {
-        if count > 0 {
-            self.pending += count;
-            self.pending_newest_ns = self.pending_newest_ns.max(newest_ns);
-        }
+    fn add_waiting(&mut self, waiting: Waiting) {
+        self.pending += waiting.pending;
+        self.unpaired += waiting.unpaired;
+        self.waiting_newest_ns = self.waiting_newest_ns.max(waiting.newest_ns);
     }
 }
 
@@ -194,8 +196,8 @@ struct StoredPod {
     history: PodHistory,
     has_usage: bool,
     containers_with_usage: u32,
-    /// Containers waiting for a second point, and the newest of their timestamps.
-    pending: (u32, i64),
+    /// Containers waiting for a newer sample.
+    waiting: Waiting,
 }
 
 impl StoredPod {
@@ -203,7 +205,7 @@ impl StoredPod {
         StoredPod {
             has_usage,
             containers_with_usage: history.containers_with_usage(),
-            pending: history.pending(),
+            waiting: history.waiting(),
             history,
         }
     }
@@ -351,7 +353,7 @@ impl Store {
                 continue;
             };
             ingested.pods_with_usage += usize::from(stored.has_usage);
-            ingested.add_pending(stored.pending.0, stored.pending.1);
+            ingested.add_waiting(stored.waiting);
             containers_with_usage += stored.containers_with_usage;
             new_pods.push(stored.history);
         }
@@ -417,18 +419,33 @@ impl Store {
                     tracing::debug!(node = %node, "node point not newer than the stored ones, dropping the previous");
                 }
                 let nanocores = scrape.node.and_then(|s| s.cpu_nanocores);
+                // The very sample the node already had, and no pair: what was served stays
+                // (see `entry::next_rate`).
+                let same_sample = entry
+                    .last
+                    .is_some_and(|last| last.timestamp_ns == new.timestamp_ns);
+                let mut waiting = Waiting::default();
                 entry.usage = match rate::usage(prev.as_ref(), &new, nanocores) {
-                    Ok(usage) => {
-                        if usage.is_none() {
-                            ingested.add_pending(1, new.timestamp_ns);
+                    Ok(Some(usage)) => {
+                        if prev.is_none() {
+                            waiting.add_unpaired(new.timestamp_ns);
                         }
-                        usage
+                        Some(usage)
+                    }
+                    Ok(None) if same_sample && entry.usage.is_some() => {
+                        waiting.add_unpaired(new.timestamp_ns);
+                        entry.usage
+                    }
+                    Ok(None) => {
+                        waiting.add_pending(new.timestamp_ns);
+                        None
                     }
                     Err(error) => {
                         tracing::debug!(node = %node, reason = %error, "skipping node usage");
                         None
                     }
                 };
+                ingested.add_waiting(waiting);
                 entry.last = Some(new);
                 entry.prev = prev;
             }

@@ -581,7 +581,8 @@ fn same_batch_twice_has_no_usage() {
             pods_with_usage: 0,
             containers_ignored: 0,
             pending: 2,
-            pending_newest_ns: T0,
+            unpaired: 0,
+            waiting_newest_ns: T0,
         }
     );
     assert_eq!(store.node("node1", T0 + SECOND), None);
@@ -606,11 +607,11 @@ fn pending_series_are_counted_until_their_timestamps_move() {
         )
     };
     let first = store.ingest(&n, &at(T0, T0 - 4 * SECOND, T0 - 2 * SECOND), T0);
-    assert_eq!((first.pending, first.pending_newest_ns), (3, T0));
+    assert_eq!((first.pending, first.waiting_newest_ns), (3, T0));
     // One second later only c1 refreshed: the node and c2 still wait; the newest of them is
     // the node's sample.
     let second = store.ingest(&n, &at(T0, T0 + SECOND, T0 - 2 * SECOND), T0 + SECOND);
-    assert_eq!((second.pending, second.pending_newest_ns), (2, T0));
+    assert_eq!((second.pending, second.waiting_newest_ns), (2, T0));
     assert!(!second.node_usage);
     assert_eq!(second.pods_with_usage, 0, "c2 has no rate yet");
     // Everything refreshed: nothing pending, node and pod served.
@@ -619,7 +620,7 @@ fn pending_series_are_counted_until_their_timestamps_move() {
         &at(T0 + 10 * SECOND, T0 + 6 * SECOND, T0 + 8 * SECOND),
         T0 + 10 * SECOND,
     );
-    assert_eq!((third.pending, third.pending_newest_ns), (0, 0));
+    assert_eq!((third.pending, third.waiting_newest_ns), (0, 0));
     assert!(third.node_usage);
     assert_eq!(third.pods_with_usage, 1);
     assert!(store.pod("ns", "pod1", T0 + 10 * SECOND).is_some());
@@ -680,6 +681,8 @@ fn summary_nanocores_leave_nothing_pending() {
         (first.pending, first.node_usage, first.pods_with_usage),
         (0, true, 1)
     );
+    // Served, but with no pair of points of their own yet.
+    assert_eq!((first.unpaired, first.waiting_newest_ns), (2, T0));
 }
 
 // ---- readiness ----
@@ -1354,6 +1357,101 @@ fn summary_nanocores_give_usage_after_one_scrape() {
         &*pod.containers,
         &[container_usage("c1", 300_000_000, 3 * MIB)]
     );
+}
+
+/// Warm-up with the summary's rates attached to a `/metrics/resource` scrape: the kubelet's
+/// rate is served at once; a scrape that brings the same samples again (the kubelet has not
+/// refreshed them) keeps serving it instead of taking the node and pod away; the next newer
+/// sample pairs with the first and its exact rate replaces the kubelet's.
+#[test]
+fn a_kubelet_rate_is_served_until_a_newer_sample_pairs() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let t0 = T0 + 123 * MS;
+    let at = |ts: i64, node_cpu: u64, c1_cpu: u64, rates: Option<(u64, u64)>| {
+        scrape(
+            Some(Sample {
+                cpu_nanocores: rates.map(|r| r.0),
+                ..node_sample(ts, node_cpu, 4 * MIB)
+            }),
+            vec![container(
+                "pod1",
+                "c1",
+                Sample {
+                    cpu_nanocores: rates.map(|r| r.1),
+                    ..sample(ts, start, c1_cpu, MIB)
+                },
+            )],
+        )
+    };
+    let first = store.ingest(
+        &n,
+        &at(
+            t0,
+            100 * CORE_SECOND,
+            10 * CORE_SECOND,
+            Some((900_000_000, 250_000_000)),
+        ),
+        t0,
+    );
+    assert_eq!(
+        (first.pending, first.unpaired, first.waiting_newest_ns),
+        (0, 2, t0)
+    );
+    let served = |now: i64| {
+        (
+            store
+                .node("node1", now)
+                .map(|u| (u.timestamp_ns, u.window_ns, u.cpu_nanocores)),
+            store
+                .pod("ns", "pod1", now)
+                .map(|p| (p.timestamp_ns, p.window_ns, p.containers[0].cpu_nanocores)),
+        )
+    };
+    let kubelet_rates = (
+        Some((t0, 10 * SECOND, 900_000_000)),
+        Some((t0, 10 * SECOND, 250_000_000)),
+    );
+    assert_eq!(served(t0), kubelet_rates);
+
+    // A second later, the same samples without rates: nothing new, nothing taken away.
+    let again = store.ingest(
+        &n,
+        &at(t0, 100 * CORE_SECOND, 10 * CORE_SECOND, None),
+        t0 + SECOND,
+    );
+    assert_eq!((again.pending, again.unpaired), (0, 2));
+    assert_eq!((again.node_usage, again.pods_with_usage), (true, 1));
+    assert_eq!(served(t0 + SECOND), kubelet_rates);
+
+    // The kubelet refreshed: the pair of counters gives the exact rates over the real window.
+    let t1 = t0 + 10 * SECOND;
+    let paired = store.ingest(&n, &at(t1, 105 * CORE_SECOND, 15 * CORE_SECOND, None), t1);
+    assert_eq!(
+        (paired.pending, paired.unpaired, paired.waiting_newest_ns),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        served(t1),
+        (
+            Some((t1, 10 * SECOND, 500_000_000)),
+            Some((t1, 10 * SECOND, 500_000_000))
+        )
+    );
+}
+
+/// A container that never had usage is not kept served by a rescrape of its sample: it stays
+/// pending, and so does its pod.
+#[test]
+fn a_rescraped_sample_without_usage_stays_pending() {
+    let store = store(60);
+    let n = name("node1");
+    let start = T0 - 3600 * SECOND;
+    let first = ingest_c1(&store, &n, sample(T0, start, CORE_SECOND, MIB));
+    let again = ingest_c1(&store, &n, sample(T0, start, CORE_SECOND, MIB));
+    assert_eq!((first.pending, again.pending, again.unpaired), (1, 1, 0));
+    assert_eq!(store.pod("ns", "pod1", T0), None);
 }
 
 // ---- concurrency ----

@@ -170,6 +170,28 @@ impl Resolver {
     }
 }
 
+impl Resolver {
+    /// The `/stats/summary` URL of a node whose `/metrics/resource` URL is `target`, for the
+    /// warm-up's rates: the same scheme, address and port. `None` with the summary source
+    /// (there is nothing to add) and for a node that names its own metrics path (its
+    /// endpoint may not be a kubelet's).
+    pub fn summary(&self, node: &NodeRecord, target: &Target) -> Option<Target> {
+        if self.source != Source::Resource || node.metrics_path.is_some() {
+            return None;
+        }
+        let uri = Uri::builder()
+            .scheme(target.uri.scheme()?.clone())
+            .authority(target.uri.authority()?.clone())
+            .path_and_query(Source::Summary.default_path())
+            .build()
+            .ok()?;
+        Some(Target {
+            uri,
+            ..target.clone()
+        })
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -298,5 +320,29 @@ mod tests {
             let err = r.resolve(&n).unwrap_err();
             assert_eq!(err.reason(), "invalid_url", "{bad}");
         }
+    }
+
+    /// The warm-up's summary URL: the node's kubelet (address, port, scheme) at the
+    /// summary's path; none for a node with its own metrics path (kwok's, virtual kubelets')
+    /// nor with the summary source.
+    #[test]
+    fn the_summary_beside_the_resource_endpoint() {
+        let r = Resolver::new(&[], 10250, true, Source::Resource, false);
+        let n = node(&[("InternalIP", "fd00::1")], Some(10251), None);
+        let t = r.resolve(&n).unwrap();
+        let summary = r.summary(&n, &t).unwrap();
+        assert_eq!(
+            summary.uri.to_string(),
+            "https://[fd00::1]:10251/stats/summary?only_cpu_and_memory=true"
+        );
+        assert_eq!(summary.peer().authority, t.peer().authority);
+        let kwok = node(
+            &[("InternalIP", "10.0.0.1")],
+            None,
+            Some("/metrics/nodes/n1/metrics/resource"),
+        );
+        assert_eq!(r.summary(&kwok, &r.resolve(&kwok).unwrap()), None);
+        let by_summary = Resolver::new(&[], 10250, false, Source::Summary, false);
+        assert_eq!(by_summary.summary(&n, &t), None);
     }
 }

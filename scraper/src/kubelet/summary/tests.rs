@@ -489,3 +489,55 @@ fn swap_usage_is_read_where_present_and_absent_otherwise() {
         .collect();
     assert_eq!(swap, [Some(4096), None, None]);
 }
+
+/// The summary's rates lent to a `/metrics/resource` scrape of the same node: only where the
+/// summary has a rate of the very sample the resource scrape read (`time` in whole seconds
+/// against milliseconds), never to a series it has a newer sample of, nor one it lacks.
+#[test]
+fn rates_are_attached_to_the_same_samples_only() {
+    const T: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
+    let resource = format!(
+        "# TYPE container_cpu_usage_seconds_total counter
+container_cpu_usage_seconds_total{{container=\"app\",namespace=\"ns\",pod=\"p\"}} 12.5 {T}123
+container_cpu_usage_seconds_total{{container=\"fresh\",namespace=\"ns\",pod=\"p\"}} 0.2 {T}123
+container_cpu_usage_seconds_total{{container=\"later\",namespace=\"ns\",pod=\"p\"}} 3 {T}123
+container_cpu_usage_seconds_total{{container=\"other\",namespace=\"ns\",pod=\"q\"}} 3 {T}123
+# TYPE container_memory_working_set_bytes gauge
+container_memory_working_set_bytes{{container=\"app\",namespace=\"ns\",pod=\"p\"}} 1e+06 {T}123
+container_memory_working_set_bytes{{container=\"fresh\",namespace=\"ns\",pod=\"p\"}} 1e+06 {T}123
+container_memory_working_set_bytes{{container=\"later\",namespace=\"ns\",pod=\"p\"}} 1e+06 {T}123
+container_memory_working_set_bytes{{container=\"other\",namespace=\"ns\",pod=\"q\"}} 1e+06 {T}123
+# TYPE node_cpu_usage_seconds_total counter
+node_cpu_usage_seconds_total 100 {T}456
+# TYPE node_memory_working_set_bytes gauge
+node_memory_working_set_bytes 1e+09 {T}456
+"
+    );
+    let summary = br#"{"node":{"nodeName":"n","cpu":{"time":"2026-01-01T00:00:00Z","usageNanoCores":900000000,"usageCoreNanoSeconds":100000000000},
+        "memory":{"time":"2026-01-01T00:00:00Z","workingSetBytes":1000000000}},
+      "pods":[{"podRef":{"name":"p","namespace":"ns","uid":"u"},"containers":[
+        {"name":"app","cpu":{"time":"2026-01-01T00:00:00Z","usageNanoCores":250000000,"usageCoreNanoSeconds":12500000000}},
+        {"name":"fresh","cpu":{"time":"2026-01-01T00:00:00Z","usageCoreNanoSeconds":200000000}},
+        {"name":"later","cpu":{"time":"2026-01-01T00:00:10Z","usageNanoCores":7,"usageCoreNanoSeconds":4000000000}}]}]}"#;
+    let mut scrape =
+        crate::kubelet::resource::parse(resource.as_bytes(), REQUEST_NS).expect("resource");
+    let rates = parse(summary, REQUEST_NS).expect("summary");
+    assert_eq!(attach_rates(&mut scrape, &rates), 2);
+    assert_eq!(scrape.node.expect("node").cpu_nanocores, Some(900_000_000));
+    let rate = |pod, c| find(&scrape, "ns", pod, c).cpu_nanocores;
+    assert_eq!(
+        [
+            rate("p", "app"),
+            rate("p", "fresh"),
+            rate("p", "later"),
+            rate("q", "other")
+        ],
+        [Some(250_000_000), None, None, None]
+    );
+    // Nothing else of the resource scrape changed.
+    let app = find(&scrape, "ns", "p", "app");
+    assert_eq!(
+        (app.timestamp_ns, app.cpu_usage_ns_total),
+        (T * S + 123_000_000, Some(12_500_000_000))
+    );
+}

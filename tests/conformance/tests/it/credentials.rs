@@ -164,6 +164,7 @@ impl Loop {
             max_in_flight: 4,
             slot_hold: scrape::DEFAULT_SLOT_HOLD,
             source: Source::Resource,
+            summary_warmup: false,
             address_types: vec!["InternalIP".into()],
             kubelet_port: 1,
             use_node_status_port: true,

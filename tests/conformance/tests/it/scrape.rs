@@ -510,6 +510,7 @@ fn start_loop_with(
         max_in_flight,
         slot_hold: slot_hold.unwrap_or(Duration::from_millis(timeout_ms)),
         source,
+        summary_warmup: false,
         address_types: vec!["InternalIP".into()],
         kubelet_port: 1,
         use_node_status_port: true,
