@@ -103,6 +103,20 @@ fn kubelet_answers_are_asked_gzipped_unless_turned_off() {
 }
 
 #[test]
+fn the_summary_warmup_is_on_unless_turned_off() {
+    assert!(parse(&[]).settings().unwrap().scrape.summary_warmup);
+    for off in [
+        "--kubelet-summary-warmup=false",
+        "--kubelet-summary-warmup=0",
+    ] {
+        assert!(
+            !parse(&[off]).settings().unwrap().scrape.summary_warmup,
+            "{off}"
+        );
+    }
+}
+
+#[test]
 fn shipped_manifest_flags_parse() {
     let c = parse(&[
         "--cert-dir=/tmp",

@@ -77,25 +77,42 @@ pub fn parse(body: &[u8], request_time_ns: i64) -> Result<NodeScrape<'_>, ParseE
 
 /// How far apart the timestamps of one sample can read in the two endpoints: the summary's
 /// `time` is a `metav1.Time`, whole seconds, where `/metrics/resource` has milliseconds.
+/// (With the CRI stats provider each request samples anew: the two are milliseconds apart.)
 const SAME_SAMPLE_NS: i64 = 1_000_000_000;
+
+/// What [`attach_rates`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attached {
+    /// Series that got the kubelet's rate.
+    pub rates: usize,
+    /// Series the summary has a newer sample of: the kubelet refreshed them between the two
+    /// requests, and a new read of `/metrics/resource` would have their rates.
+    pub newer: usize,
+}
 
 /// Attaches the kubelet's own CPU rates (`usageNanoCores`) from a summary of a node to the
 /// samples of a `/metrics/resource` scrape of the same node taken just before it, so the
 /// store can serve those series at once, before a second sample gives a rate of its own.
 ///
 /// A series gets a rate only when the summary's sample of it is the same sample, the two
-/// timestamps within [`SAME_SAMPLE_NS`] of each other (a kubelet whose housekeeping ran in
-/// between reports a newer sample, and its rate is left out); a series the summary has no
-/// rate for (a container on its first sample) keeps none. Returns how many series got one.
-pub fn attach_rates(resource: &mut NodeScrape<'_>, summary: &NodeScrape<'_>) -> usize {
-    let same = |a: i64, b: i64| a.abs_diff(b) < SAME_SAMPLE_NS.unsigned_abs();
-    let mut attached = 0;
-    if let (Some(node), Some(rates)) = (&mut resource.node, &summary.node)
-        && let Some(nanocores) = rates.cpu_nanocores
-        && same(node.timestamp_ns, rates.timestamp_ns)
-    {
-        node.cpu_nanocores = Some(nanocores);
-        attached += 1;
+/// timestamps within [`SAME_SAMPLE_NS`] of each other (a kubelet refreshes a series every
+/// housekeeping interval, 10 s by default, so two different samples are further apart); a
+/// series the summary has no rate for (a container on its first sample) keeps none.
+pub fn attach_rates(resource: &mut NodeScrape<'_>, summary: &NodeScrape<'_>) -> Attached {
+    let mut attached = Attached::default();
+    let mut attach = |sample: &mut Sample, rates: &Sample| {
+        let Some(nanocores) = rates.cpu_nanocores else {
+            return;
+        };
+        if sample.timestamp_ns.abs_diff(rates.timestamp_ns) < SAME_SAMPLE_NS.unsigned_abs() {
+            sample.cpu_nanocores = Some(nanocores);
+            attached.rates += 1;
+        } else if rates.timestamp_ns > sample.timestamp_ns {
+            attached.newer += 1;
+        }
+    };
+    if let (Some(node), Some(rates)) = (&mut resource.node, &summary.node) {
+        attach(node, rates);
     }
     let rates: HashMap<(&str, &str, &str), &Sample, RandomState> = summary
         .containers
@@ -103,16 +120,11 @@ pub fn attach_rates(resource: &mut NodeScrape<'_>, summary: &NodeScrape<'_>) -> 
         .filter(|c| c.sample.cpu_nanocores.is_some())
         .map(|c| ((&*c.namespace, &*c.pod, &*c.container), &c.sample))
         .collect();
-    if rates.is_empty() {
-        return attached;
-    }
-    for c in &mut resource.containers {
-        let key = (&*c.namespace, &*c.pod, &*c.container);
-        if let Some(rate) = rates.get(&key)
-            && same(c.sample.timestamp_ns, rate.timestamp_ns)
-        {
-            c.sample.cpu_nanocores = rate.cpu_nanocores;
-            attached += 1;
+    if !rates.is_empty() {
+        for c in &mut resource.containers {
+            if let Some(rates) = rates.get(&(&*c.namespace, &*c.pod, &*c.container)) {
+                attach(&mut c.sample, rates);
+            }
         }
     }
     attached

@@ -241,28 +241,42 @@ async fn fetch_and_store(
         Ok::<_, client::Error>((body, rates))
     };
     let (fetched, _slot) = holding_for_at_most(fetch, slot, shared.config.slot_hold).await;
-    let (body, rates) = fetched?;
-    let mut scrape = shared
-        .config
-        .source
-        .parse(&body, request_time_ns)
-        .map_err(|source| Error::Parse {
-            node: node.clone(),
-            source,
-        })?;
-    if let Some(rates) = &rates {
-        match summary::parse(rates, request_time_ns) {
-            Ok(summary) => {
-                let attached = summary::attach_rates(&mut scrape, &summary);
-                tracing::trace!(node = %node, attached, "kubelet rates attached");
-            }
+    let (mut body, rates) = fetched?;
+    let summary = rates
+        .as_ref()
+        .and_then(|rates| match summary::parse(rates, request_time_ns) {
+            Ok(summary) => Some(summary),
             Err(error) => {
                 tracing::debug!(node = %node, %error, "kubelet summary unreadable; warm-up waits for the next sample");
+                None
+            }
+        });
+    let mut read_again = summary.is_some();
+    loop {
+        let mut scrape = shared
+            .config
+            .source
+            .parse(&body, request_time_ns)
+            .map_err(|source| Error::Parse {
+                node: node.clone(),
+                source,
+            })?;
+        if let Some(summary) = &summary {
+            let attached = summary::attach_rates(&mut scrape, summary);
+            tracing::trace!(node = %node, rates = attached.rates, newer = attached.newer, "kubelet rates attached");
+            // The kubelet refreshed some series between the two requests: a second read of
+            // `/metrics/resource` has the samples the summary's rates are of.
+            if attached.newer > 0 && std::mem::take(&mut read_again) {
+                drop(scrape);
+                if let Ok(again) = shared.client.fetch(&target, deadline).await {
+                    body = again;
+                }
+                continue;
             }
         }
+        let now_ns = shared.clock.unix_ns(Instant::now());
+        return Ok(shared.store.ingest(node, &scrape, now_ns));
     }
-    let now_ns = shared.clock.unix_ns(Instant::now());
-    Ok(shared.store.ingest(node, &scrape, now_ns))
 }
 
 /// How long the warm-up's summary may take beyond the `/metrics/resource` answer: the data

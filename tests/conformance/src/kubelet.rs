@@ -150,6 +150,9 @@ pub struct Options {
     pub content: Content,
     /// The fault at start.
     pub fault: Fault,
+    /// The client may `get` `nodes/metrics` but not `nodes/stats` (metrics-server's own
+    /// ClusterRole): `/stats/*` answers 403 as the kubelet's authorizer does.
+    pub stats_forbidden: bool,
 }
 
 impl Options {
@@ -166,6 +169,7 @@ impl Options {
                 ..NodeStats::default()
             }),
             fault: Fault::Healthy,
+            stats_forbidden: false,
         }
     }
 
@@ -240,6 +244,9 @@ struct Inner {
     /// Bytes of the metrics bodies answered in full, as sent (gzipped when asked).
     body_bytes: AtomicU64,
     seen: Mutex<Vec<Seen>>,
+    stats_forbidden: bool,
+    /// What is served from the request after the given count on.
+    next_content: Mutex<Option<(u64, Content)>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -333,6 +340,8 @@ impl SimKubelet {
             connections: AtomicU64::new(0),
             body_bytes: AtomicU64::new(0),
             seen: Mutex::new(Vec::new()),
+            stats_forbidden: options.stats_forbidden,
+            next_content: Mutex::new(None),
         });
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervise(
@@ -418,6 +427,12 @@ impl SimKubelet {
     /// Replaces what is served.
     pub fn set_content(&self, content: Content) {
         *self.inner.content.write() = content;
+    }
+
+    /// Serves `content` from the request after the `requests`-th on (counted since start):
+    /// a kubelet whose stats refresh at that exact moment, between two requests.
+    pub fn set_content_after(&self, requests: u64, content: Content) {
+        *self.inner.next_content.lock() = Some((requests, content));
     }
 
     /// Mutates the served model (switching to [`Content::Stats`] if another content was set).
@@ -654,6 +669,14 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let n = inner.requests.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut next = inner.next_content.lock();
+        if next.as_ref().is_some_and(|(after, _)| n >= *after)
+            && let Some((_, content)) = next.take()
+        {
+            *inner.content.write() = content;
+        }
+    }
     let path = req
         .uri()
         .path_and_query()
@@ -688,6 +711,12 @@ async fn handle(
     }
     if !authenticated(inner, peer, req.headers()) {
         return full(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
+    }
+    if inner.stats_forbidden && path.starts_with("/stats/") {
+        // The kubelet's authorizer (`server.go` `InstallAuthFilter`), the user as the
+        // TokenReview named it.
+        let message = "Forbidden (user=system:serviceaccount:kube-system:metrics-server, verb=get, resource=nodes, subresource=stats)";
+        return full(StatusCode::FORBIDDEN, "text/plain", message);
     }
     let summary = if path.starts_with("/stats/summary") {
         true

@@ -131,7 +131,7 @@ pub enum Error {
         source: rustls::Error,
     },
     /// The kubelet answered with a status other than 200.
-    #[error("GET {}: request failed, status: \"{}\"{}", .peer.url, status_text(*.status), status_hint(*.status))]
+    #[error("GET {}: request failed, status: \"{}\"{}", .peer.url, status_text(*.status), status_hint(*.status, &.peer.url))]
     Status {
         /// The kubelet.
         peer: Box<Peer>,
@@ -255,10 +255,14 @@ fn status_text(status: StatusCode) -> String {
     }
 }
 
-fn status_hint(status: StatusCode) -> &'static str {
+fn status_hint(status: StatusCode, url: &str) -> &'static str {
     match status {
         StatusCode::UNAUTHORIZED => {
             "; the kubelet did not accept our credentials (kubelet webhook authentication, or --kubelet-client-certificate)"
+        }
+        // The kubelet authorizes `/stats/*` as `nodes/stats` and `/metrics/*` as `nodes/metrics`.
+        StatusCode::FORBIDDEN if url.contains("/stats/") => {
+            "; the kubelet refused access: grant get on nodes/stats (ClusterRole system:metrics-server)"
         }
         StatusCode::FORBIDDEN => {
             "; the kubelet refused access: grant get on nodes/metrics (ClusterRole system:metrics-server)"

@@ -492,7 +492,8 @@ fn swap_usage_is_read_where_present_and_absent_otherwise() {
 
 /// The summary's rates lent to a `/metrics/resource` scrape of the same node: only where the
 /// summary has a rate of the very sample the resource scrape read (`time` in whole seconds
-/// against milliseconds), never to a series it has a newer sample of, nor one it lacks.
+/// against milliseconds), never to a series it has a newer sample of (counted, so the scrape
+/// can read the resource again), nor one it lacks.
 #[test]
 fn rates_are_attached_to_the_same_samples_only() {
     const T: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
@@ -522,7 +523,11 @@ node_memory_working_set_bytes 1e+09 {T}456
     let mut scrape =
         crate::kubelet::resource::parse(resource.as_bytes(), REQUEST_NS).expect("resource");
     let rates = parse(summary, REQUEST_NS).expect("summary");
-    assert_eq!(attach_rates(&mut scrape, &rates), 2);
+    assert_eq!(
+        attach_rates(&mut scrape, &rates),
+        Attached { rates: 2, newer: 1 },
+        "app and the node; later was refreshed in between"
+    );
     assert_eq!(scrape.node.expect("node").cpu_nanocores, Some(900_000_000));
     let rate = |pod, c| find(&scrape, "ns", pod, c).cpu_nanocores;
     assert_eq!(

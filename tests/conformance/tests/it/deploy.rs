@@ -161,7 +161,7 @@ fn base_renders_what_the_aggregator_and_rbac_need() {
         assert_eq!(
             own["rules"],
             json!([
-                {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["nodes/metrics", "nodes/stats"], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}
             ])
         );

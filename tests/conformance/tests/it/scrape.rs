@@ -480,21 +480,34 @@ fn start_loop(
         resolution_ms,
         timeout_ms,
         max_in_flight,
-        Source::Resource,
-        None,
+        LoopOptions::default(),
     )
 }
 
-/// `slot_hold`: `None` holds a request's slot for its whole timeout, so queueing shows.
+/// The loop's settings beside its timing.
+#[derive(Default)]
+struct LoopOptions {
+    /// `Source::Resource` by default.
+    source: Source,
+    /// `None` holds a request's slot for its whole timeout, so queueing shows.
+    slot_hold: Option<Duration>,
+    /// `--kubelet-summary-warmup` (off by default here, so the warm-up's pairs show).
+    summary_warmup: bool,
+}
+
 fn start_loop_with(
     ca: &Ca,
     kubelets: &[&SimKubelet],
     resolution_ms: u64,
     timeout_ms: u64,
     max_in_flight: usize,
-    source: Source,
-    slot_hold: Option<Duration>,
+    options: LoopOptions,
 ) -> Loop {
+    let LoopOptions {
+        source,
+        slot_hold,
+        summary_warmup,
+    } = options;
     let resolution = Duration::from_millis(resolution_ms);
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry, resolution));
@@ -510,7 +523,7 @@ fn start_loop_with(
         max_in_flight,
         slot_hold: slot_hold.unwrap_or(Duration::from_millis(timeout_ms)),
         source,
-        summary_warmup: false,
+        summary_warmup,
         address_types: vec!["InternalIP".into()],
         kubelet_port: 1,
         use_node_status_port: true,
@@ -613,7 +626,17 @@ async fn kubelets_that_hang_do_not_starve_the_others_of_slots() {
     let f = kubelet(&ca, "f", |o| o).await;
     let all: Vec<&SimKubelet> = hanging.iter().chain([&e, &f]).collect();
     let hold = Duration::from_millis(100);
-    let l = start_loop_with(&ca, &all, 2000, 1500, 2, Source::Resource, Some(hold));
+    let l = start_loop_with(
+        &ca,
+        &all,
+        2000,
+        1500,
+        2,
+        LoopOptions {
+            slot_hold: Some(hold),
+            ..LoopOptions::default()
+        },
+    );
     // e and f answered on time while the four hanging requests are still in flight. Were
     // the slots held for the timeout, e would wait for a's until 1500 ms.
     l.until(1100).await;
@@ -747,7 +770,17 @@ async fn with_the_summary_source_the_first_scrape_is_enough() {
     let ca = ca();
     let now_ms = unix_now_ns() / 1_000_000;
     let (k, _) = frozen(&ca, "s", now_ms - 9_000).await;
-    let l = start_loop_with(&ca, &[&k], 60_000, 5_000, 4, Source::Summary, None);
+    let l = start_loop_with(
+        &ca,
+        &[&k],
+        60_000,
+        5_000,
+        4,
+        LoopOptions {
+            source: Source::Summary,
+            ..LoopOptions::default()
+        },
+    );
     while !l.progress.first_round_complete() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -757,6 +790,208 @@ async fn with_the_summary_source_the_first_scrape_is_enough() {
     assert_eq!(l.store.points().containers, 6);
     l.until(2_000).await;
     assert_eq!(k.requests(), 1, "no second scrape needed");
+    l.stop().await;
+}
+
+/// The paths a kubelet was asked, in order, without their queries.
+fn paths(k: &SimKubelet) -> Vec<String> {
+    k.seen()
+        .iter()
+        .map(|s| s.path.split('?').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// `--kubelet-summary-warmup`: a kubelet whose stats will not refresh for 1 s. The first
+/// scrape (`/metrics/resource`, then `/stats/summary` for the kubelet's own rates) serves
+/// the node and every container at once, with the kubelet's rates, and completes the first
+/// round; the quick retry brings the same samples and takes nothing away; once the kubelet
+/// refreshes, the counters pair and the exact rates over the real window replace the
+/// kubelet's, and the warm-up ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summary_warmup_serves_the_first_scrape_and_pairs_the_next() {
+    let ca = ca();
+    let now_ms = unix_now_ns() / 1_000_000;
+    let (k, model) = frozen(&ca, "n", now_ms - 9_000).await;
+    let first = model.stats_at(now_ms - 9_000);
+    let l = start_loop_with(
+        &ca,
+        &[&k],
+        60_000,
+        5_000,
+        4,
+        LoopOptions {
+            summary_warmup: true,
+            ..LoopOptions::default()
+        },
+    );
+    // Before the kubelet refreshes (it never does on its own), within a generous bound.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !l.progress.first_round_complete() {
+        assert!(
+            Instant::now() < deadline,
+            "not served after the first scrape"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(paths(&k), ["/metrics/resource", "/stats/summary"]);
+    let usage = l
+        .store
+        .node("n", unix_now_ns())
+        .expect("node usage after one scrape");
+    assert_eq!(Some(usage.cpu_nanocores), first.cpu_nanocores);
+    assert_eq!(usage.timestamp_ns, first.timestamp_ms * 1_000_000);
+    assert_eq!(l.store.points().containers, 6, "every container served");
+    let pod = &first.pods[0];
+    let served = l
+        .store
+        .pod(&pod.namespace, &pod.name, unix_now_ns())
+        .expect("pod usage after one scrape");
+    let kubelet_rates: Vec<_> = pod.containers.iter().map(|c| c.cpu_nanocores).collect();
+    let served_rates: Vec<_> = served
+        .containers
+        .iter()
+        .map(|c| Some(c.cpu_nanocores))
+        .collect();
+    assert_eq!(served_rates, kubelet_rates);
+    assert_eq!(l.metrics.requests(false), 0);
+
+    // The quick retry, 1 s in: the same samples, still served as they were.
+    while k.requests() < 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(l.store.node("n", unix_now_ns()), Some(usage));
+    // The kubelet's housekeeping runs; the loop asks when it was due (1.5 s in).
+    k.update_stats(|s| *s = model.stats_at(now_ms + 1_000));
+    l.until(3_000).await;
+    assert_eq!(
+        paths(&k),
+        [
+            "/metrics/resource",
+            "/stats/summary",
+            "/metrics/resource",
+            "/metrics/resource"
+        ]
+    );
+    let paired = l.store.node("n", unix_now_ns()).expect("node usage");
+    assert_eq!(
+        paired.window_ns, 10_000_000_000,
+        "the window between the two samples"
+    );
+    assert_ne!(paired.timestamp_ns, usage.timestamp_ns);
+    assert_eq!(l.store.points().containers, 6);
+    // Warm: nothing more until the steady schedule.
+    l.until(5_000).await;
+    assert_eq!(k.requests(), 4);
+    l.stop().await;
+}
+
+/// The kubelet refreshes its stats between the warm-up's two requests: the summary's rates
+/// are of newer samples than the `/metrics/resource` answer read, so none may be lent to
+/// it. The scrape reads `/metrics/resource` once more and serves the node and its pods
+/// with the rates of those newer samples, still at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_between_the_two_requests_is_read_again() {
+    let ca = ca();
+    let now_ms = unix_now_ns() / 1_000_000;
+    let (k, model) = frozen(&ca, "n", now_ms - 9_000).await;
+    let refreshed = model.stats_at(now_ms + 1_000);
+    k.set_content_after(1, conformance::kubelet::Content::Stats(refreshed.clone()));
+    let l = start_loop_with(
+        &ca,
+        &[&k],
+        60_000,
+        5_000,
+        4,
+        LoopOptions {
+            summary_warmup: true,
+            ..LoopOptions::default()
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !l.progress.first_round_complete() {
+        assert!(
+            Instant::now() < deadline,
+            "not served after the first scrape"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        paths(&k),
+        ["/metrics/resource", "/stats/summary", "/metrics/resource"]
+    );
+    // Part of the first scrape, not the warm-up's next one (which comes no sooner than 1 s
+    // after the first has ended).
+    let seen = k.seen();
+    assert!(
+        seen[2].at < seen[1].at + Duration::from_secs(1),
+        "read again at once"
+    );
+    let usage = l.store.node("n", unix_now_ns()).expect("node usage");
+    assert_eq!(usage.timestamp_ns, refreshed.timestamp_ms * 1_000_000);
+    assert_eq!(Some(usage.cpu_nanocores), refreshed.cpu_nanocores);
+    assert_eq!(l.store.points().containers, 6, "every container served");
+    l.stop().await;
+}
+
+/// With metrics-server's RBAC (`nodes/metrics` only) the kubelet answers the summary 403:
+/// no scrape fails, the node warms up from its own samples as without the summary, and no
+/// later warm-up (of this node or of one that joins) asks for the summary again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_forbids_stats_warms_up_from_its_own_samples() {
+    let ca = ca();
+    let now_ms = unix_now_ns() / 1_000_000;
+    let boot_ms = now_ms - 3_600_000;
+    let model = conformance::kubelet::SimNode::generate("a", 3, 2, boot_ms);
+    let content = conformance::kubelet::Content::Stats(model.stats_at(now_ms - 9_000));
+    let a = kubelet(&ca, "a", |o| Options {
+        content,
+        stats_forbidden: true,
+        ..o
+    })
+    .await;
+    let b = kubelet(&ca, "b", |o| Options {
+        content: live("b"),
+        ..o
+    })
+    .await;
+    let l = start_loop_with(
+        &ca,
+        &[&a],
+        2_000,
+        1_000,
+        4,
+        LoopOptions {
+            summary_warmup: true,
+            ..LoopOptions::default()
+        },
+    );
+    while a.requests() < 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        paths(&a),
+        ["/metrics/resource", "/stats/summary", "/metrics/resource"]
+    );
+    assert!(l.store.node("a", unix_now_ns()).is_none(), "no rate yet");
+    assert!(!l.progress.first_round_complete());
+    assert_eq!(l.metrics.requests(false), 0, "the 403 fails no scrape");
+    // A node that joins is seen at the next period (2 s) and warmed up without the summary.
+    l.nodes.0.lock().push(Arc::new(b.node_record()));
+    a.update_stats(|s| *s = model.stats_at(now_ms + 1_000));
+    l.until(3_500).await;
+    assert!(l.store.node("a", unix_now_ns()).is_some());
+    assert!(l.progress.first_round_complete());
+    assert!(b.requests() >= 1, "b was scraped");
+    assert!(
+        paths(&b).iter().all(|p| p == "/metrics/resource"),
+        "{:?}",
+        paths(&b)
+    );
+    assert_eq!(
+        paths(&a).iter().filter(|p| *p == "/stats/summary").count(),
+        1
+    );
+    assert_eq!(l.metrics.requests(false), 0);
     l.stop().await;
 }
 
