@@ -630,7 +630,11 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         };
         *attempts += 1;
         let (since, attempts) = (*since, *attempts);
-        let Some(ingested) = outcome.ingested else {
+        let Some(node::Fetched {
+            ingested,
+            refreshed,
+        }) = outcome.fetched
+        else {
             self.end_warmup(&outcome.node, WarmupEnd::Failed, now);
             return;
         };
@@ -648,8 +652,13 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             // Everything it reported is served: the first round need not wait for the pairs.
             self.first_round_done(&outcome.node, WarmupEnd::Warm, now);
         }
-        let refresh = warmup::expected_refresh_ns(ingested.waiting_newest_ns);
-        let at = warmup::next_attempt(attempts, self.shared.clock.instant(refresh), now);
+        let at = if refreshed {
+            // The kubelet already has newer samples of some series: they pair now.
+            now + warmup::REFRESHED_RETRY
+        } else {
+            let refresh = warmup::expected_refresh_ns(ingested.waiting_newest_ns);
+            warmup::next_attempt(attempts, self.shared.clock.instant(refresh), now)
+        };
         if at.saturating_duration_since(since) >= warmup::limit(self.shared.resolution) {
             // The next tick puts it on the steady schedule.
             self.end_warmup(&outcome.node, WarmupEnd::GaveUp, now);

@@ -79,8 +79,8 @@ pub(super) struct Outcome {
     pub(super) node: NodeName,
     /// The loop's epoch of the node when the scrape started.
     pub(super) epoch: u64,
-    /// What the store did with the data; `None` when the scrape failed.
-    pub(super) ingested: Option<crate::store::Ingested>,
+    /// What the scrape brought; `None` when it failed.
+    pub(super) fetched: Option<Fetched>,
 }
 
 /// What the loop keeps per node between periods.
@@ -117,7 +117,7 @@ pub(super) async fn scrape(
     let outcome = Outcome {
         node: record.name.clone(),
         epoch,
-        ingested: result.as_ref().ok().copied(),
+        fetched: result.as_ref().ok().copied(),
     };
     let finished = Instant::now();
     let finished_ns = shared.clock.unix_ns(finished);
@@ -134,7 +134,7 @@ pub(super) async fn scrape(
         .last_scrape_done_ns
         .store(finished_ns, Ordering::Relaxed);
     match result {
-        Ok(ingested) => {
+        Ok(Fetched { ingested, .. }) => {
             let recovered = shared
                 .nodes
                 .lock()
@@ -194,7 +194,7 @@ async fn fetch_and_store(
     record: &NodeRecord,
     start: Instant,
     kind: Kind,
-) -> Result<crate::store::Ingested, Error> {
+) -> Result<Fetched, Error> {
     let node = &record.name;
     let target = shared.resolver.resolve(record)?;
     let queue_limit = match kind {
@@ -241,7 +241,7 @@ async fn fetch_and_store(
         Ok::<_, client::Error>((body, rates))
     };
     let (fetched, _slot) = holding_for_at_most(fetch, slot, shared.config.slot_hold).await;
-    let (mut body, rates) = fetched?;
+    let (body, rates) = fetched?;
     let summary = rates
         .as_ref()
         .and_then(|rates| match summary::parse(rates, request_time_ns) {
@@ -251,32 +251,35 @@ async fn fetch_and_store(
                 None
             }
         });
-    let mut read_again = summary.is_some();
-    loop {
-        let mut scrape = shared
-            .config
-            .source
-            .parse(&body, request_time_ns)
-            .map_err(|source| Error::Parse {
-                node: node.clone(),
-                source,
-            })?;
-        if let Some(summary) = &summary {
-            let attached = summary::attach_rates(&mut scrape, summary);
-            tracing::trace!(node = %node, rates = attached.rates, newer = attached.newer, "kubelet rates attached");
-            // The kubelet refreshed some series between the two requests: a second read of
-            // `/metrics/resource` has the samples the summary's rates are of.
-            if attached.newer > 0 && std::mem::take(&mut read_again) {
-                drop(scrape);
-                if let Ok(again) = shared.client.fetch(&target, deadline).await {
-                    body = again;
-                }
-                continue;
-            }
-        }
-        let now_ns = shared.clock.unix_ns(Instant::now());
-        return Ok(shared.store.ingest(node, &scrape, now_ns));
+    let mut scrape = shared
+        .config
+        .source
+        .parse(&body, request_time_ns)
+        .map_err(|source| Error::Parse {
+            node: node.clone(),
+            source,
+        })?;
+    let mut refreshed = false;
+    if let Some(summary) = &summary {
+        let attached = summary::attach_rates(&mut scrape, summary);
+        tracing::trace!(node = %node, rates = attached.rates, newer = attached.newer, "kubelet rates attached");
+        refreshed = attached.newer > 0;
     }
+    let now_ns = shared.clock.unix_ns(Instant::now());
+    Ok(Fetched {
+        ingested: shared.store.ingest(node, &scrape, now_ns),
+        refreshed,
+    })
+}
+
+/// What one node's scrape brought.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fetched {
+    /// What the store did with it.
+    pub(super) ingested: crate::store::Ingested,
+    /// The kubelet refreshed some series between the warm-up's two requests (its summary
+    /// has newer samples than its `/metrics/resource` answer): a new read pairs them at once.
+    pub(super) refreshed: bool,
 }
 
 /// How long the warm-up's summary may take beyond the `/metrics/resource` answer: the data

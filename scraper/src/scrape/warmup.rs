@@ -5,7 +5,9 @@
 //! housekeeping timer, `--housekeeping_interval`, 10 s by default; the CRI stats provider
 //! (containerd) samples containers per request but still reports the node from cAdvisor.
 //! So after the first scrape a warming node is asked:
-//! 1. again after [`QUICK_RETRY`], which completes whatever is sampled per request;
+//! 1. again after [`QUICK_RETRY`], which completes whatever is sampled per request, or
+//!    after [`REFRESHED_RETRY`] when the first scrape's summary showed that the kubelet
+//!    refreshed some series between its two requests;
 //! 2. then when the newest still-waiting series should have been refreshed: its timestamp
 //!    plus [`HOUSEKEEPING`] plus [`REFRESH_MARGIN`], at least [`backoff`] and at most one
 //!    housekeeping interval from now (node and server clocks may disagree);
@@ -23,6 +25,13 @@ pub const FIRST_ROUND_SPREAD: Duration = Duration::from_secs(1);
 
 /// The second scrape of a warming node comes this long after its first.
 pub(super) const QUICK_RETRY: Duration = Duration::from_secs(1);
+
+/// The next scrape of a warming node whose kubelet refreshed some series between the first
+/// scrape's two requests (its `/stats/summary` showed newer samples than its
+/// `/metrics/resource` answer): those newer samples pair with the first ones at once. A
+/// moment later rather than at once, so that a housekeeping pass, which refreshes the
+/// containers one after another, is likely over.
+pub(super) const REFRESHED_RETRY: Duration = Duration::from_millis(100);
 
 /// The kubelet's stats refresh interval the schedule expects: cAdvisor's default
 /// `--housekeeping_interval`.
