@@ -242,15 +242,6 @@ async fn fetch_and_store(
     };
     let (fetched, _slot) = holding_for_at_most(fetch, slot, shared.config.slot_hold).await;
     let (body, rates) = fetched?;
-    let summary = rates
-        .as_ref()
-        .and_then(|rates| match summary::parse(rates, request_time_ns) {
-            Ok(summary) => Some(summary),
-            Err(error) => {
-                tracing::debug!(node = %node, %error, "kubelet summary unreadable; warm-up waits for the next sample");
-                None
-            }
-        });
     let mut scrape = shared
         .config
         .source
@@ -259,12 +250,9 @@ async fn fetch_and_store(
             node: node.clone(),
             source,
         })?;
-    let mut refreshed = false;
-    if let Some(summary) = &summary {
-        let attached = summary::attach_rates(&mut scrape, summary);
-        tracing::trace!(node = %node, rates = attached.rates, newer = attached.newer, "kubelet rates attached");
-        refreshed = attached.newer > 0;
-    }
+    let refreshed = rates
+        .as_ref()
+        .is_some_and(|rates| lend_rates(node, &mut scrape, rates, request_time_ns));
     let now_ns = shared.clock.unix_ns(Instant::now());
     Ok(Fetched {
         ingested: shared.store.ingest(node, &scrape, now_ns),
@@ -280,6 +268,28 @@ pub(super) struct Fetched {
     /// The kubelet refreshed some series between the warm-up's two requests (its summary
     /// has newer samples than its `/metrics/resource` answer): a new read pairs them at once.
     pub(super) refreshed: bool,
+}
+
+/// Lends the kubelet's own rates in the summary body `rates` to `scrape`
+/// ([`summary::attach_rates`]); true when the summary has newer samples of some series
+/// than the scrape.
+fn lend_rates(
+    node: &NodeName,
+    scrape: &mut crate::point::NodeScrape<'_>,
+    rates: &Body,
+    request_time_ns: i64,
+) -> bool {
+    match summary::parse(rates, request_time_ns) {
+        Ok(summary) => {
+            let attached = summary::attach_rates(scrape, &summary);
+            tracing::trace!(node = %node, rates = attached.rates, newer = attached.newer, "kubelet rates attached");
+            attached.newer > 0
+        }
+        Err(error) => {
+            tracing::debug!(node = %node, %error, "kubelet summary unreadable; warm-up waits for the next sample");
+            false
+        }
+    }
 }
 
 /// How long the warm-up's summary may take beyond the `/metrics/resource` answer: the data
