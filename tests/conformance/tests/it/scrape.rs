@@ -801,6 +801,24 @@ fn paths(k: &SimKubelet) -> Vec<String> {
         .collect()
 }
 
+/// One kubelet's loop at a 60 s resolution with `--kubelet-summary-warmup`.
+fn start_summary_warmup(ca: &Ca, k: &SimKubelet) -> Loop {
+    let options = LoopOptions {
+        summary_warmup: true,
+        ..LoopOptions::default()
+    };
+    start_loop_with(ca, &[k], 60_000, 5_000, 4, options)
+}
+
+/// Waits for the first round to complete, within a generous bound.
+async fn first_round_complete(l: &Loop) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !l.progress.first_round_complete() {
+        assert!(Instant::now() < deadline, "the first round never completed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `--kubelet-summary-warmup`: a kubelet whose stats will not refresh for 1 s. The first
 /// scrape (`/metrics/resource`, then `/stats/summary` for the kubelet's own rates) serves
 /// the node and every container at once, with the kubelet's rates, and completes the first
@@ -813,26 +831,9 @@ async fn summary_warmup_serves_the_first_scrape_and_pairs_the_next() {
     let now_ms = unix_now_ns() / 1_000_000;
     let (k, model) = frozen(&ca, "n", now_ms - 9_000).await;
     let first = model.stats_at(now_ms - 9_000);
-    let l = start_loop_with(
-        &ca,
-        &[&k],
-        60_000,
-        5_000,
-        4,
-        LoopOptions {
-            summary_warmup: true,
-            ..LoopOptions::default()
-        },
-    );
-    // Before the kubelet refreshes (it never does on its own), within a generous bound.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !l.progress.first_round_complete() {
-        assert!(
-            Instant::now() < deadline,
-            "not served after the first scrape"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let l = start_summary_warmup(&ca, &k);
+    // Before the kubelet refreshes (it never does on its own).
+    first_round_complete(&l).await;
     assert_eq!(paths(&k), ["/metrics/resource", "/stats/summary"]);
     let usage = l
         .store
@@ -896,22 +897,8 @@ async fn a_refresh_between_the_two_requests_is_read_again_at_once() {
     let (k, model) = frozen(&ca, "n", now_ms - 9_000).await;
     let refreshed = model.stats_at(now_ms + 1_000);
     k.set_content_after(1, conformance::kubelet::Content::Stats(refreshed.clone()));
-    let l = start_loop_with(
-        &ca,
-        &[&k],
-        60_000,
-        5_000,
-        4,
-        LoopOptions {
-            summary_warmup: true,
-            ..LoopOptions::default()
-        },
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !l.progress.first_round_complete() {
-        assert!(Instant::now() < deadline, "never served");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let l = start_summary_warmup(&ca, &k);
+    first_round_complete(&l).await;
     assert_eq!(
         paths(&k),
         ["/metrics/resource", "/stats/summary", "/metrics/resource"]
