@@ -218,7 +218,10 @@ fn base_renders_what_the_aggregator_and_rbac_need() {
         ] {
             assert!(c["args"].as_array().unwrap().contains(&json!(arg)), "{arg}");
         }
-        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/livez")] {
+        for (probe, path, period) in [
+            ("readinessProbe", "/readyz", 2),
+            ("livenessProbe", "/livez", 10),
+        ] {
             let p = &c[probe];
             assert_eq!(
                 p["httpGet"],
@@ -227,10 +230,12 @@ fn base_renders_what_the_aggregator_and_rbac_need() {
             );
             assert_eq!(
                 (p["periodSeconds"].as_i64(), p["failureThreshold"].as_i64()),
-                (Some(10), Some(3))
+                (Some(period), Some(3)),
+                "{probe}"
             );
         }
-        assert_eq!(c["readinessProbe"]["initialDelaySeconds"], 20);
+        // Probed from the start: /readyz itself says when the cluster is served.
+        assert_eq!(c["readinessProbe"]["initialDelaySeconds"], json!(null));
         assert_eq!(
             c["securityContext"],
             json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
