@@ -124,6 +124,7 @@ fn shipped_manifest_flags_parse() {
         "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
         "--kubelet-use-node-status-port",
         "--metric-resolution=15s",
+        "--shutdown-delay-duration=5s",
         "--kubelet-insecure-tls",
         "--v=4",
         "--node-selector=metrics-server-skip!=true",
@@ -139,6 +140,7 @@ fn shipped_manifest_flags_parse() {
     assert_eq!(c.logging.verbosity, 4);
     assert_eq!(c.kubelet.node_selector, "metrics-server-skip!=true");
     assert_eq!(c.staleness(), Duration::from_secs(30));
+    assert_eq!(c.settings().unwrap().shutdown_delay, Duration::from_secs(5));
     c.validate().unwrap();
 }
 

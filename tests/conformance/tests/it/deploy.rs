@@ -215,6 +215,7 @@ fn base_renders_what_the_aggregator_and_rbac_need() {
             "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
             "--kubelet-use-node-status-port",
             "--metric-resolution=15s",
+            "--shutdown-delay-duration=5s",
         ] {
             assert!(c["args"].as_array().unwrap().contains(&json!(arg)), "{arg}");
         }
