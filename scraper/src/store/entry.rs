@@ -137,6 +137,16 @@ pub(super) enum Rate {
     Ready(Usage),
 }
 
+impl Rate {
+    /// The usage served, if any.
+    fn usage(self) -> Option<Usage> {
+        match self {
+            Rate::Ready(usage) => Some(usage),
+            Rate::Pending | Rate::Failed => None,
+        }
+    }
+}
+
 /// Per container: name, the last two valid raw samples and the rate computed from them.
 #[derive(Debug)]
 pub(super) struct ContainerEntry {
@@ -231,23 +241,24 @@ impl Waiting {
     }
 }
 
-/// A container's rate once `entry` holds the scrape's point: from the pair of points, or
-/// from the kubelet's own `cpu_nanocores`. `served` is what the container had when the
-/// scrape brought the very sample it already held (the kubelet has not refreshed it since):
-/// a scrape with nothing new keeps a usage that no pair can replace yet (one the kubelet
-/// computed, attached at warm-up) instead of taking it away until the next refresh.
+/// A container's rate once `entry` holds the scrape's point ([`rate::next_usage`]: `held` is
+/// the point it held before, `served` the usage it had).
 fn next_rate(
     entry: &ContainerEntry,
     cpu_nanocores: Option<u64>,
-    served: Option<Rate>,
+    held: Option<&Point>,
+    served: Option<Usage>,
     on_skip: &mut impl FnMut(Skipped<'_>),
 ) -> Rate {
-    match rate::usage(entry.prev.as_ref(), &entry.last, cpu_nanocores) {
+    match rate::next_usage(
+        entry.prev.as_ref(),
+        &entry.last,
+        cpu_nanocores,
+        held,
+        served,
+    ) {
         Ok(Some(usage)) => Rate::Ready(usage),
-        Ok(None) => match served {
-            Some(ready @ Rate::Ready(_)) => ready,
-            _ => Rate::Pending,
-        },
+        Ok(None) => Rate::Pending,
         Err(error) => {
             on_skip(Skipped {
                 container: &entry.name,
@@ -309,11 +320,10 @@ impl PodHistory {
                     &new.point,
                     resolution_ns,
                 );
-                let served =
-                    (entry.last.timestamp_ns == new.point.timestamp_ns).then_some(entry.rate);
+                let (held, served) = (entry.last, entry.rate.usage());
                 entry.last = new.point;
                 entry.prev = prev;
-                entry.rate = next_rate(entry, new.cpu_nanocores, served, &mut on_skip);
+                entry.rate = next_rate(entry, new.cpu_nanocores, Some(&held), served, &mut on_skip);
             }
         } else {
             let mut containers = Vec::with_capacity(new.len());
@@ -329,16 +339,15 @@ impl PodHistory {
                     &new.point,
                     resolution_ns,
                 );
-                let served = old
-                    .filter(|o| o.last.timestamp_ns == new.point.timestamp_ns)
-                    .map(|o| o.rate);
+                let served = old.and_then(|o| o.rate.usage());
                 let mut entry = ContainerEntry {
                     name: old.map_or_else(|| names.get(new.name), |o| o.name.clone()),
                     last: new.point,
                     prev,
                     rate: Rate::Pending,
                 };
-                entry.rate = next_rate(&entry, new.cpu_nanocores, served, &mut on_skip);
+                let held = old.map(|o| &o.last);
+                entry.rate = next_rate(&entry, new.cpu_nanocores, held, served, &mut on_skip);
                 containers.push(entry);
             }
             self.containers = containers;

@@ -419,22 +419,20 @@ impl Store {
                     tracing::debug!(node = %node, "node point not newer than the stored ones, dropping the previous");
                 }
                 let nanocores = scrape.node.and_then(|s| s.cpu_nanocores);
-                // The very sample the node already had, and no pair: what was served stays
-                // (see `entry::next_rate`).
-                let same_sample = entry
-                    .last
-                    .is_some_and(|last| last.timestamp_ns == new.timestamp_ns);
+                let held = entry.last;
                 let mut waiting = Waiting::default();
-                entry.usage = match rate::usage(prev.as_ref(), &new, nanocores) {
+                entry.usage = match rate::next_usage(
+                    prev.as_ref(),
+                    &new,
+                    nanocores,
+                    held.as_ref(),
+                    entry.usage,
+                ) {
                     Ok(Some(usage)) => {
                         if prev.is_none() {
                             waiting.add_unpaired(new.timestamp_ns);
                         }
                         Some(usage)
-                    }
-                    Ok(None) if same_sample && entry.usage.is_some() => {
-                        waiting.add_unpaired(new.timestamp_ns);
-                        entry.usage
                     }
                     Ok(None) => {
                         waiting.add_pending(new.timestamp_ns);

@@ -200,6 +200,23 @@ pub(super) fn usage(
     }))
 }
 
+/// What a series serves once a scrape brought `last`: [`usage`], except that a scrape that
+/// brought back the very sample the series already held (`held`, the same timestamp: the
+/// kubelet has not refreshed it) and made no pair keeps `served`, the usage it had. So a rate
+/// the kubelet computed (summary `usageNanoCores`, lent at warm-up) stays until a newer sample
+/// pairs, instead of going away until the kubelet's next refresh; a scrape with nothing new
+/// changes nothing.
+pub(super) fn next_usage(
+    prev: Option<&Point>,
+    last: &Point,
+    last_cpu_nanocores: Option<u64>,
+    held: Option<&Point>,
+    served: Option<Usage>,
+) -> Result<Option<Usage>, RateError> {
+    let same_sample = held.is_some_and(|held| held.timestamp_ns == last.timestamp_ns);
+    Ok(usage(prev, last, last_cpu_nanocores)?.or(served.filter(|_| same_sample)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +246,39 @@ mod tests {
             .map(|u| u.map(|u| u.cpu_nanocores)),
             Ok(Some(1_000_000_000))
         );
+    }
+
+    /// A rescrape of the same sample keeps what was served; a newer sample without a pair,
+    /// or a rescrape of a series that had nothing, does not; a pair wins over what was served.
+    #[test]
+    fn only_a_rescrape_of_the_same_sample_keeps_what_was_served() {
+        let point = |timestamp_ns: i64, cpu: Option<u64>| Point {
+            timestamp_ns,
+            start_time_ns: 0,
+            cpu_usage_ns_total: cpu,
+            memory_bytes: 1,
+            swap_bytes: NO_SWAP,
+        };
+        let served = Usage {
+            timestamp_ns: 10 * NS_PER_SECOND,
+            window_ns: SUMMARY_DEFAULT_WINDOW_NS,
+            cpu_nanocores: 7,
+            memory_bytes: 1,
+            swap_bytes: None,
+        };
+        let held = point(10 * NS_PER_SECOND, Some(100));
+        let same = point(10 * NS_PER_SECOND, Some(100));
+        assert_eq!(
+            next_usage(None, &same, None, Some(&held), Some(served)),
+            Ok(Some(served))
+        );
+        assert_eq!(next_usage(None, &same, None, Some(&held), None), Ok(None));
+        let newer = point(20 * NS_PER_SECOND, Some(200));
+        assert_eq!(
+            next_usage(None, &newer, None, Some(&held), Some(served)),
+            Ok(None)
+        );
+        let paired = next_usage(Some(&held), &newer, None, Some(&held), Some(served));
+        assert_eq!(paired.map(|u| u.map(|u| u.cpu_nanocores)), Ok(Some(10)));
     }
 }

@@ -168,9 +168,7 @@ impl Resolver {
             uri,
         })
     }
-}
 
-impl Resolver {
     /// The `/stats/summary` URL of a node whose `/metrics/resource` URL is `target`, for the
     /// warm-up's rates: the same scheme, address and port. `None` with the summary source
     /// (there is nothing to add) and for a node that names its own metrics path (its

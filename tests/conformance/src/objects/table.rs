@@ -41,24 +41,9 @@ fn human_duration(seconds: i64) -> String {
     }
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SSZ` into Unix seconds.
+/// Parses an RFC 3339 time (`YYYY-MM-DDTHH:MM:SSZ` as the objects carry it) into Unix seconds.
 fn parse_rfc3339(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() != 20 || b[4] != b'-' || b[10] != b'T' || b[19] != b'Z' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    // Howard Hinnant's days_from_civil.
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + mi * 60 + se)
+    scraper::kubelet::summary::rfc3339_ns(s).map(|ns| ns.div_euclid(1_000_000_000))
 }
 
 fn age(object: &Value) -> String {

@@ -100,20 +100,12 @@ fn quantity(s: &str) -> f64 {
     n * scale
 }
 
-/// RFC 3339 with second precision (`2026-11-29T16:04:46Z`) as Unix ms.
+/// RFC 3339 with second precision (`2026-11-29T16:04:46Z`, as metav1.Time writes it) as Unix ms.
 fn unix_ms(ts: &str) -> i64 {
     let b = ts.as_bytes();
     assert!(ts.len() == 20 && b[19] == b'Z', "timestamp {ts:?}");
-    let n = |r: std::ops::Range<usize>| ts[r].parse::<i64>().unwrap();
-    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    (days * 86_400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19)) * 1000
+    let ns = scraper::kubelet::summary::rfc3339_ns(ts);
+    ns.unwrap_or_else(|| panic!("timestamp {ts:?}")) / 1_000_000
 }
 
 /// The pods the server must list: every pod on a scraped node, as (namespace, name).
