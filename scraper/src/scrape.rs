@@ -1,5 +1,6 @@
-//! The scrape loop. It starts once the inventory's first list of nodes and pods is in and
-//! runs every node through two regimes:
+//! The scrape loop. It starts once the inventory's first list of nodes is in (the pods'
+//! list, which takes seconds in a large cluster, goes on meanwhile: a scrape needs only the
+//! node) and runs every node through two regimes:
 //!
 //! - **Warm-up** (at start, and for a node that appears later, at once): a first scrape of
 //!   every node together, spread over at most [`FIRST_ROUND_SPREAD`] and bounded by the
@@ -20,7 +21,8 @@
 //! Each node's result goes to the store as soon as it arrives: there is no barrier waiting
 //! for the slowest kubelet (metrics-server waits for all, §3.2). [`Progress`] tells the
 //! health checks and the cold-store rule when the first round is complete: every node of the
-//! first list answered (with everything it reported served) or failed.
+//! first list answered (with everything it reported served) or failed, and the pods are listed
+//! (a list serves only the pods the inventory has).
 //!
 //! # Layout
 //! - this file: [`Config`], [`Progress`], [`NodeSource`], [`run`] and the schedule.
@@ -102,7 +104,8 @@ pub struct Progress {
     pub last_scrape_done_ns: AtomicI64,
     /// Not started (0), running or complete.
     first_round: AtomicU8,
-    /// Nodes of the first round not yet served (nor failed).
+    /// Parts of the first round not yet done: each node not yet served (nor failed), and the
+    /// inventory's first list of pods while it is not in.
     first_round_pending: AtomicUsize,
 }
 
@@ -128,21 +131,22 @@ impl Progress {
     }
 
     /// Whether every node of the first list has answered (with everything it reported
-    /// served) or failed. Until then the store may hold a partial cluster.
+    /// served) or failed, and the pods are listed. Until then a list may be partial.
     pub fn first_round_complete(&self) -> bool {
         self.first_round.load(Ordering::Acquire) == ROUND_COMPLETE
     }
 
-    /// Nodes of the first round not yet served (nor failed); `None` before the round starts (the
-    /// inventory has not listed yet) and once it is complete.
+    /// Parts of the first round not yet done (nodes not yet served nor failed, plus one while
+    /// the pods are not listed); `None` before the round starts (the inventory has not listed
+    /// the nodes yet) and once it is complete.
     pub fn first_round_pending(&self) -> Option<usize> {
         (self.first_round.load(Ordering::Acquire) == ROUND_RUNNING)
             .then(|| self.first_round_pending.load(Ordering::Acquire))
     }
 
-    fn start_first_round(&self, nodes: usize) {
-        self.first_round_pending.store(nodes, Ordering::Release);
-        let state = if nodes == 0 {
+    fn start_first_round(&self, parts: usize) {
+        self.first_round_pending.store(parts, Ordering::Release);
+        let state = if parts == 0 {
             ROUND_COMPLETE
         } else {
             ROUND_RUNNING
@@ -150,8 +154,8 @@ impl Progress {
         self.first_round.store(state, Ordering::Release);
     }
 
-    /// One node of the first round is done; true when it was the last.
-    fn first_round_node_done(&self) -> bool {
+    /// One part of the first round is done; true when it was the last.
+    fn first_round_part_done(&self) -> bool {
         let before = self.first_round_pending.fetch_sub(1, Ordering::AcqRel);
         if before == 1 {
             self.first_round.store(ROUND_COMPLETE, Ordering::Release);
@@ -166,8 +170,13 @@ pub trait NodeSource: Send + Sync + 'static {
     /// Every node, sorted by name.
     fn nodes(&self) -> Vec<Arc<NodeRecord>>;
 
-    /// Whether the first list of nodes and pods is in: the loop starts only then.
-    fn synced(&self) -> bool {
+    /// Whether the first list of nodes is in: the loop starts only then.
+    fn nodes_listed(&self) -> bool {
+        true
+    }
+
+    /// Whether the first list of pods is in: the first round is complete only then.
+    fn pods_listed(&self) -> bool {
         true
     }
 
@@ -183,8 +192,12 @@ impl NodeSource for Inventory {
         Inventory::nodes(self)
     }
 
-    fn synced(&self) -> bool {
-        Inventory::synced(self)
+    fn nodes_listed(&self) -> bool {
+        Inventory::nodes_listed(self)
+    }
+
+    fn pods_listed(&self) -> bool {
+        Inventory::pods_listed(self)
     }
 
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
@@ -313,7 +326,7 @@ pub async fn run<N: NodeSource + ?Sized>(
     });
 
     let mut changes = inventory.subscribe();
-    while !inventory.synced() {
+    while !inventory.nodes_listed() {
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
@@ -333,7 +346,9 @@ pub async fn run<N: NodeSource + ?Sized>(
             () = shutdown.cancelled() => break,
             tick = ticker.tick() => schedule.tick(tick),
             () = changed(&mut changes, Duration::MAX) => {
-                schedule.sync(Instant::now());
+                let now = Instant::now();
+                schedule.sync(now);
+                schedule.check_pods_listed(now);
             }
             () = sleep_until(next), if next.is_some() => schedule.start_due(Instant::now()),
             Some(joined) = schedule.tasks.join_next(), if !schedule.tasks.is_empty() => {
@@ -427,6 +442,9 @@ struct Schedule<N: ?Sized> {
     tasks: JoinSet<node::Outcome>,
     started: Instant,
     tally: RoundTally,
+    /// The first round began before the inventory's first list of pods was in, and it is
+    /// still not in.
+    pods_pending: bool,
 }
 
 impl<N: NodeSource + ?Sized> Schedule<N> {
@@ -440,6 +458,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             tasks: JoinSet::new(),
             started: Instant::now(),
             tally: RoundTally::default(),
+            pods_pending: false,
         }
     }
 
@@ -467,8 +486,14 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         self.record_tick(now);
         let nodes = self.selected();
         self.tally.nodes = nodes.len();
-        self.shared.progress.start_first_round(nodes.len());
-        tracing::info!(nodes = nodes.len(), "inventory listed; first scrape round");
+        self.pods_pending = !self.inventory.pods_listed();
+        let parts = nodes.len() + usize::from(self.pods_pending);
+        self.shared.progress.start_first_round(parts);
+        tracing::info!(
+            nodes = nodes.len(),
+            pods_listed = !self.pods_pending,
+            "nodes listed; first scrape round"
+        );
         let period = Period::new(&self.shared, now, nodes.len());
         let spread = FIRST_ROUND_SPREAD.min(self.shared.resolution);
         for (at, record) in spaced(now, spread, Duration::ZERO, nodes) {
@@ -699,7 +724,24 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             WarmupEnd::GaveUp => self.tally.gave_up += 1,
             WarmupEnd::Gone => {}
         }
-        if self.shared.progress.first_round_node_done() {
+        self.first_round_part_done(now);
+    }
+
+    /// The pods' first list, if the first round waits for it, is in.
+    fn check_pods_listed(&mut self, now: Instant) {
+        if self.pods_pending && self.inventory.pods_listed() {
+            self.pods_pending = false;
+            tracing::debug!(
+                elapsed_ms = now.saturating_duration_since(self.started).as_millis() as u64,
+                "pods listed during the first round"
+            );
+            self.first_round_part_done(now);
+        }
+    }
+
+    /// Logs the round's end with its last part.
+    fn first_round_part_done(&mut self, now: Instant) {
+        if self.shared.progress.first_round_part_done() {
             let t = &self.tally;
             tracing::info!(
                 nodes = t.nodes,

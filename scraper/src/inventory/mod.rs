@@ -741,6 +741,16 @@ impl Inventory {
 
     /// Whether the initial list of both nodes and pods has completed.
     pub fn synced(&self) -> bool {
-        self.nodes_synced.load(Ordering::Acquire) && self.pods_synced.load(Ordering::Acquire)
+        self.nodes_listed() && self.pods_listed()
+    }
+
+    /// Whether the initial list of nodes has completed.
+    pub fn nodes_listed(&self) -> bool {
+        self.nodes_synced.load(Ordering::Acquire)
+    }
+
+    /// Whether the initial list of pods has completed.
+    pub fn pods_listed(&self) -> bool {
+        self.pods_synced.load(Ordering::Acquire)
     }
 }

@@ -9,23 +9,37 @@ use prometheus_client::registry::Registry;
 /// A node source whose list and sync state the test sets.
 struct Fixed {
     nodes: parking_lot::Mutex<Vec<Arc<NodeRecord>>>,
-    synced: std::sync::atomic::AtomicBool,
+    nodes_listed: std::sync::atomic::AtomicBool,
+    pods_listed: std::sync::atomic::AtomicBool,
     changes: watch::Sender<u64>,
 }
 
 impl Fixed {
-    fn new(names: &[&str], synced: bool) -> Self {
+    fn new(names: &[&str], listed: bool) -> Self {
         Fixed {
             nodes: parking_lot::Mutex::new(names.iter().map(|n| record(n)).collect()),
-            synced: std::sync::atomic::AtomicBool::new(synced),
+            nodes_listed: std::sync::atomic::AtomicBool::new(listed),
+            pods_listed: std::sync::atomic::AtomicBool::new(listed),
             changes: watch::Sender::new(0),
         }
     }
 
-    /// Lists these nodes (the first list, or a change) and notifies the loop.
+    /// Lists these nodes (the first list, or a change) and the pods, and notifies the loop.
     fn list(&self, names: &[&str]) {
+        self.list_nodes(names);
+        self.list_pods();
+    }
+
+    /// Lists these nodes only and notifies the loop.
+    fn list_nodes(&self, names: &[&str]) {
         *self.nodes.lock() = names.iter().map(|n| record(n)).collect();
-        self.synced.store(true, Ordering::Release);
+        self.nodes_listed.store(true, Ordering::Release);
+        self.changes.send_modify(|g| *g += 1);
+    }
+
+    /// The pods' first list is in; notifies the loop.
+    fn list_pods(&self) {
+        self.pods_listed.store(true, Ordering::Release);
         self.changes.send_modify(|g| *g += 1);
     }
 }
@@ -34,8 +48,11 @@ impl NodeSource for Fixed {
     fn nodes(&self) -> Vec<Arc<NodeRecord>> {
         self.nodes.lock().clone()
     }
-    fn synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+    fn nodes_listed(&self) -> bool {
+        self.nodes_listed.load(Ordering::Acquire)
+    }
+    fn pods_listed(&self) -> bool {
+        self.pods_listed.load(Ordering::Acquire)
     }
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
         Some(self.changes.subscribe())
@@ -267,6 +284,37 @@ async fn the_loop_waits_for_the_inventory_and_scrapes_new_nodes_at_once() {
     at(t0, ms(20_002)).await;
     let text = r.metrics.exposition(&r.registry);
     assert!(!text.contains("node=\"late\""), "{text}");
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_scrapes_while_the_pods_are_listed_and_completes_the_round_with_them() {
+    let t0 = Instant::now();
+    let r = start_unsynced(&["a"], Duration::from_secs(60));
+    at(t0, ms(1_000)).await;
+    r.nodes.list_nodes(&["a", "b"]);
+    at(t0, ms(1_600)).await;
+    assert_eq!(
+        r.metrics.requests(false),
+        2,
+        "both nodes scraped before the pods' list is in"
+    );
+    assert!(
+        !r.progress.first_round_complete(),
+        "a list would lack every pod: the round waits for the pods"
+    );
+    assert_eq!(r.progress.first_round_pending(), Some(1));
+    at(t0, ms(3_000)).await;
+    r.nodes.list_pods();
+    at(t0, ms(3_001)).await;
+    assert!(r.progress.first_round_complete());
+    assert_eq!(r.progress.first_round_pending(), None);
+    assert_eq!(
+        r.metrics.requests(false),
+        2,
+        "the pods' list asks no node again"
+    );
     r.shutdown.cancel();
     r.task.await.unwrap();
 }

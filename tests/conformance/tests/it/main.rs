@@ -13,4 +13,5 @@ mod kubectl;
 mod rollout;
 mod scrape;
 mod security;
+mod startup;
 mod watch;
