@@ -68,6 +68,8 @@ pub struct Metrics {
     tick_duration: Histogram,
     storage_points: Family<TypeLabel, Gauge>,
     failures: Family<ReasonLabel, Counter>,
+    warming: Gauge,
+    pod_start_scrapes: Counter,
     ticks: AtomicU64,
 }
 
@@ -105,6 +107,16 @@ impl Metrics {
             "Failed node scrapes by reason (timeout, connection_refused, tls_unknown_authority, status, body_too_large, parse, ...)",
             metrics.failures.clone(),
         );
+        registry.register(
+            "scraper_warming_nodes",
+            "Nodes in warm-up: asked again as soon as their kubelet's samples allow a rate, outside the periods",
+            metrics.warming.clone(),
+        );
+        registry.register(
+            "scraper_pod_start_scrapes",
+            "Scrapes of a warm node outside its periods because a pod started on it",
+            metrics.pod_start_scrapes.clone(),
+        );
         metrics
     }
 
@@ -116,8 +128,24 @@ impl Metrics {
             tick_duration: Histogram::new(buckets),
             storage_points: Family::default(),
             failures: Family::default(),
+            warming: Gauge::default(),
+            pod_start_scrapes: Counter::default(),
             ticks: AtomicU64::new(0),
         }
+    }
+
+    /// A node entered (`true`) or left warm-up.
+    pub fn warming(&self, entered: bool) {
+        if entered {
+            self.warming.inc();
+        } else {
+            self.warming.dec();
+        }
+    }
+
+    /// Counts a scrape started because a pod started on a warm node.
+    pub fn pod_start_scrape(&self) {
+        self.pod_start_scrapes.inc();
     }
 
     /// Records one finished kubelet request (success or failure): its duration, the success

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
-use tokio::task::{AbortHandle, JoinError, JoinSet};
+use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -185,6 +185,17 @@ pub trait NodeSource: Send + Sync + 'static {
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
         None
     }
+
+    /// A receiver that changes when a pod starts on a node; `None`: pods that start wait
+    /// for their node's next period.
+    fn subscribe_pod_starts(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+
+    /// The nodes on which a pod started since the last call.
+    fn take_pod_starts(&self) -> Vec<NodeName> {
+        Vec::new()
+    }
 }
 
 impl NodeSource for Inventory {
@@ -202,6 +213,14 @@ impl NodeSource for Inventory {
 
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
         Some(Inventory::subscribe(self))
+    }
+
+    fn subscribe_pod_starts(&self) -> Option<watch::Receiver<u64>> {
+        Some(Inventory::subscribe_pod_starts(self))
+    }
+
+    fn take_pod_starts(&self) -> Vec<NodeName> {
+        Inventory::take_pod_starts(self)
     }
 }
 
@@ -326,6 +345,7 @@ pub async fn run<N: NodeSource + ?Sized>(
     });
 
     let mut changes = inventory.subscribe();
+    let mut pod_starts = inventory.subscribe_pod_starts();
     while !inventory.nodes_listed() {
         tokio::select! {
             biased;
@@ -350,8 +370,11 @@ pub async fn run<N: NodeSource + ?Sized>(
                 schedule.sync(now);
                 schedule.check_pods_listed(now);
             }
+            () = changed(&mut pod_starts, Duration::MAX) => {
+                schedule.pods_started(Instant::now());
+            }
             () = sleep_until(next), if next.is_some() => schedule.start_due(Instant::now()),
-            Some(joined) = schedule.tasks.join_next(), if !schedule.tasks.is_empty() => {
+            Some(joined) = schedule.tasks.join_next_with_id(), if !schedule.tasks.is_empty() => {
                 schedule.finished(joined, Instant::now());
             }
         }
@@ -399,6 +422,23 @@ struct Tracked {
     first_round: bool,
     /// The scheduled scrape.
     next: Option<Next>,
+    task: Option<AbortHandle>,
+    /// Pods started on the node (once it is warm): the node is asked again, outside its
+    /// periods, until they are served.
+    follow_up: Option<FollowUp>,
+}
+
+/// A warm node's scrapes after a pod started on it, so the pod is served as soon as its
+/// containers have a sample the store can rate (see [`warmup::FOLLOW_UP_SETTLE`]) instead of
+/// at the node's next period: up to a resolution later.
+struct FollowUp {
+    /// When the last pod start on the node was seen.
+    since: Instant,
+    /// Follow-up scrapes finished.
+    attempts: u32,
+    /// The scheduled one (its heap sequence number); `None` while it runs.
+    seq: Option<u64>,
+    /// The running one.
     task: Option<AbortHandle>,
 }
 
@@ -563,6 +603,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
 
     fn track(&mut self, record: Arc<NodeRecord>, now: Instant, first_round: bool) {
         self.seq += 1;
+        self.shared.metrics.warming(true);
         let tracked = Tracked {
             record: record.clone(),
             epoch: self.seq,
@@ -570,6 +611,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             first_round,
             next: None,
             task: None,
+            follow_up: None,
         };
         self.nodes.insert(record.name.clone(), tracked);
     }
@@ -612,6 +654,28 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
                 continue;
             };
             if tracked.next.as_ref().is_none_or(|next| next.seq != seq) {
+                if let Some(follow_up) = &mut tracked.follow_up
+                    && follow_up.seq == Some(seq)
+                {
+                    if tracked.task.as_ref().is_some_and(|t| !t.is_finished()) {
+                        // The node's scheduled scrape is running: asked after it.
+                        self.seq += 1;
+                        follow_up.seq = Some(self.seq);
+                        self.due
+                            .push(Reverse((now + warmup::QUICK_RETRY, self.seq, name)));
+                        continue;
+                    }
+                    follow_up.seq = None;
+                    self.shared.metrics.pod_start_scrape();
+                    follow_up.task = Some(self.tasks.spawn(node::scrape(
+                        self.shared.clone(),
+                        tracked.record.clone(),
+                        tracked.epoch,
+                        at,
+                        node::Kind::Steady,
+                        None,
+                    )));
+                }
                 continue;
             }
             let period = tracked.next.take().and_then(|next| next.period);
@@ -634,9 +698,9 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
     }
 
     /// A scrape task ended: a warming node is asked again, or leaves warm-up.
-    fn finished(&mut self, joined: Result<node::Outcome, JoinError>, now: Instant) {
-        let outcome = match joined {
-            Ok(outcome) => outcome,
+    fn finished(&mut self, joined: Result<(task::Id, node::Outcome), JoinError>, now: Instant) {
+        let (task, outcome) = match joined {
+            Ok(joined) => joined,
             Err(e) => {
                 if e.is_panic() {
                     tracing::error!(error = %e, "node scrape task panicked");
@@ -651,6 +715,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             return;
         }
         let Some((since, attempts)) = &mut tracked.warming else {
+            self.follow_up_finished(task, &outcome, now);
             return;
         };
         *attempts += 1;
@@ -696,6 +761,78 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         self.schedule(&outcome.node, at, None);
     }
 
+    /// Pods started on these nodes: each warm one is asked again, [`warmup::QUICK_RETRY`]
+    /// from now (for the containers' first samples) and then as a warm-up is, until they are
+    /// served. A node still warming up needs nothing more.
+    fn pods_started(&mut self, now: Instant) {
+        for name in self.inventory.take_pod_starts() {
+            let Some(tracked) = self.nodes.get_mut(&name) else {
+                continue;
+            };
+            if tracked.warming.is_some() {
+                continue;
+            }
+            let follow_up = tracked.follow_up.get_or_insert(FollowUp {
+                since: now,
+                attempts: 0,
+                seq: None,
+                task: None,
+            });
+            follow_up.since = now;
+            follow_up.attempts = 0;
+            if follow_up.seq.is_none() && follow_up.task.is_none() {
+                tracing::trace!(node = %name, "pod started: asking the node again");
+                self.seq += 1;
+                follow_up.seq = Some(self.seq);
+                self.due
+                    .push(Reverse((now + warmup::QUICK_RETRY, self.seq, name)));
+            }
+        }
+    }
+
+    /// A warm node's scrape finished: if it was a follow-up, the node is asked again while
+    /// series wait for a sample ([`warmup::follow_up_next`]).
+    fn follow_up_finished(&mut self, task: task::Id, outcome: &node::Outcome, now: Instant) {
+        let Some(tracked) = self.nodes.get_mut(&outcome.node) else {
+            return;
+        };
+        let Some(follow_up) = tracked.follow_up.as_mut() else {
+            return;
+        };
+        if follow_up
+            .task
+            .as_ref()
+            .is_none_or(|running| running.id() != task)
+        {
+            return;
+        }
+        follow_up.task = None;
+        follow_up.attempts += 1;
+        let next = outcome.fetched.as_ref().and_then(|fetched| {
+            let ingested = &fetched.ingested;
+            let refresh = warmup::expected_refresh_ns(ingested.waiting_newest_ns);
+            warmup::follow_up_next(
+                follow_up.since,
+                follow_up.attempts,
+                ingested.pending,
+                self.shared.clock.instant(refresh),
+                now,
+            )
+        });
+        if follow_up.seq.is_some() {
+            // A pod started while this ran: its own follow-up is scheduled.
+            return;
+        }
+        match next {
+            Some(at) => {
+                self.seq += 1;
+                follow_up.seq = Some(self.seq);
+                self.due.push(Reverse((at, self.seq, outcome.node.clone())));
+            }
+            None => tracked.follow_up = None,
+        }
+    }
+
     fn end_warmup(&mut self, name: &NodeName, end: WarmupEnd, now: Instant) {
         let Some(tracked) = self.nodes.get_mut(name) else {
             return;
@@ -703,6 +840,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         let Some((since, attempts)) = tracked.warming.take() else {
             return;
         };
+        self.shared.metrics.warming(false);
         tracing::debug!(node = %name, ?end, attempts,
             elapsed_ms = now.saturating_duration_since(since).as_millis() as u64,
             "warm-up done");
@@ -762,6 +900,9 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             return;
         };
         if let Some(task) = tracked.task {
+            task.abort();
+        }
+        if let Some(task) = tracked.follow_up.and_then(|f| f.task) {
             task.abort();
         }
         if let Some(Next {

@@ -447,17 +447,25 @@ impl PodMap {
         None
     }
 
-    fn insert(&mut self, pod: Arc<PodRecord>) {
+    /// Adds or replaces a pod; true when its key is new.
+    fn insert(&mut self, pod: Arc<PodRecord>) -> bool {
         let ns = self
             .by_namespace
             .entry(pod.key.namespace.clone())
             .or_default();
-        match ns.by_name.insert(pod.key.name.clone(), pod.clone()) {
-            None => self.len += 1,
+        let new = match ns.by_name.insert(pod.key.name.clone(), pod.clone()) {
+            None => {
+                self.len += 1;
+                true
+            }
             // The index points at records: the replaced one goes, under its own labels.
-            Some(old) => ns.index.remove(&old),
-        }
+            Some(old) => {
+                ns.index.remove(&old);
+                false
+            }
+        };
         ns.index.add(&pod);
+        new
     }
 
     fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<PodRecord>> {
@@ -492,7 +500,16 @@ pub struct Inventory {
     /// Bumped when the set of nodes, a node's labels or the sync state changes: what the
     /// scrape loop reacts to at once (a new node is scraped right away, not next period).
     changes: tokio::sync::watch::Sender<u64>,
+    /// Nodes on which a pod started Running since the scrape loop last took them (pods the
+    /// watch adds after the first list), at most [`MAX_POD_STARTS`].
+    pod_starts: parking_lot::Mutex<HashSet<NodeName>>,
+    /// Bumped when `pod_starts` gains a node.
+    pod_starts_changed: tokio::sync::watch::Sender<u64>,
 }
+
+/// At most this many nodes wait in [`Inventory::take_pod_starts`]; past it a start is not
+/// recorded (its pod waits for its node's next period, as any pod did before).
+pub const MAX_POD_STARTS: usize = 65_536;
 
 impl Default for Inventory {
     fn default() -> Self {
@@ -503,6 +520,8 @@ impl Default for Inventory {
             pods_synced: AtomicBool::new(false),
             interner: Interner::default(),
             changes: tokio::sync::watch::Sender::new(0),
+            pod_starts: parking_lot::Mutex::new(HashSet::new()),
+            pod_starts_changed: tokio::sync::watch::Sender::new(0),
         }
     }
 }
@@ -547,9 +566,30 @@ impl Inventory {
         drop(old);
     }
 
-    /// Adds or replaces a pod.
+    /// Adds or replaces a pod. A pod new to the inventory after the first list is a pod
+    /// that just started Running (the watch selects Running pods): its node is recorded for
+    /// [`Inventory::take_pod_starts`].
     pub fn upsert_pod(&self, pod: PodRecord) {
-        self.pods.write().insert(Arc::new(pod));
+        let node = pod.node_name.clone();
+        let new = self.pods.write().insert(Arc::new(pod));
+        if let Some(node) = node.filter(|_| new && self.pods_listed()) {
+            let mut starts = self.pod_starts.lock();
+            if starts.len() < MAX_POD_STARTS && starts.insert(node) {
+                drop(starts);
+                self.pod_starts_changed.send_modify(|g| *g += 1);
+            }
+        }
+    }
+
+    /// The nodes on which a pod started since the last call, in no order.
+    pub fn take_pod_starts(&self) -> Vec<NodeName> {
+        self.pod_starts.lock().drain().collect()
+    }
+
+    /// A receiver whose value changes when a pod starts on a node
+    /// ([`Inventory::take_pod_starts`] has something).
+    pub fn subscribe_pod_starts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pod_starts_changed.subscribe()
     }
 
     /// Removes a pod.

@@ -786,3 +786,36 @@ fn a_label_set_is_encoded_once_per_form() {
     assert_eq!(a.encoded(Encoding::Json, encode), b"app=web;tier=front;");
     assert!(Labels::default().encoded(Encoding::Json, encode).is_empty());
 }
+
+#[test]
+fn pods_new_after_the_first_list_record_their_node_once() {
+    let inv = Inventory::new();
+    let mut starts = inv.subscribe_pod_starts();
+    // The first list's pods are not starts, nor pods the watch adds before it is in.
+    inv.upsert_pod(pod(&inv, "default", "early", &[], "n0"));
+    inv.replace_pods(vec![pod(&inv, "default", "listed", &[], "n1")]);
+    assert!(inv.take_pod_starts().is_empty());
+    assert!(!starts.has_changed().unwrap());
+    // A pod that starts Running, two on one node: each node once.
+    inv.upsert_pod(pod(&inv, "default", "a", &[], "n1"));
+    inv.upsert_pod(pod(&inv, "default", "b", &[], "n1"));
+    inv.upsert_pod(pod(&inv, "web", "c", &[], "n2"));
+    assert!(starts.has_changed().unwrap());
+    starts.mark_unchanged();
+    let mut nodes: Vec<String> = inv
+        .take_pod_starts()
+        .iter()
+        .map(|n| n.as_str().to_owned())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2"]);
+    assert!(inv.take_pod_starts().is_empty());
+    // An update of a known pod (labels) is not a start.
+    inv.upsert_pod(pod(&inv, "default", "a", &[("app", "x")], "n1"));
+    assert!(inv.take_pod_starts().is_empty());
+    assert!(!starts.has_changed().unwrap());
+    // A pod deleted and created again under its name is.
+    inv.remove_pod("default", "a");
+    inv.upsert_pod(pod(&inv, "default", "a", &[], "n3"));
+    assert_eq!(inv.take_pod_starts(), [NodeName::from("n3")]);
+}

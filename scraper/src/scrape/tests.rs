@@ -12,6 +12,8 @@ struct Fixed {
     nodes_listed: std::sync::atomic::AtomicBool,
     pods_listed: std::sync::atomic::AtomicBool,
     changes: watch::Sender<u64>,
+    pod_starts: parking_lot::Mutex<Vec<NodeName>>,
+    pod_starts_changed: watch::Sender<u64>,
 }
 
 impl Fixed {
@@ -21,7 +23,15 @@ impl Fixed {
             nodes_listed: std::sync::atomic::AtomicBool::new(listed),
             pods_listed: std::sync::atomic::AtomicBool::new(listed),
             changes: watch::Sender::new(0),
+            pod_starts: parking_lot::Mutex::new(Vec::new()),
+            pod_starts_changed: watch::Sender::new(0),
         }
+    }
+
+    /// A pod started on `node`; notifies the loop.
+    fn start_pod(&self, node: &str) {
+        self.pod_starts.lock().push(NodeName::from(node));
+        self.pod_starts_changed.send_modify(|g| *g += 1);
     }
 
     /// Lists these nodes (the first list, or a change) and the pods, and notifies the loop.
@@ -53,6 +63,12 @@ impl NodeSource for Fixed {
     }
     fn pods_listed(&self) -> bool {
         self.pods_listed.load(Ordering::Acquire)
+    }
+    fn subscribe_pod_starts(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.pod_starts_changed.subscribe())
+    }
+    fn take_pod_starts(&self) -> Vec<NodeName> {
+        std::mem::take(&mut *self.pod_starts.lock())
     }
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
         Some(self.changes.subscribe())
@@ -315,6 +331,33 @@ async fn the_loop_scrapes_while_the_pods_are_listed_and_completes_the_round_with
         2,
         "the pods' list asks no node again"
     );
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_start_asks_its_warm_node_again_outside_the_periods() {
+    let t0 = Instant::now();
+    // No kubelet answers: every scrape fails, so each node leaves warm-up after its first.
+    let r = start(&["a", "b"], Duration::from_secs(60));
+    at(t0, ms(1_000)).await;
+    assert_eq!(r.metrics.requests(false), 2, "the first round");
+    at(t0, ms(20_000)).await;
+    r.nodes.start_pod("a");
+    r.nodes.start_pod("unknown");
+    at(t0, ms(20_999)).await;
+    assert_eq!(r.metrics.requests(false), 2);
+    at(t0, ms(21_001)).await;
+    assert_eq!(
+        r.metrics.requests(false),
+        3,
+        "a asked again a second after its pod started, not at the next period (60 s)"
+    );
+    // The follow-up failed: it ends there; the next request is the period's.
+    at(t0, ms(59_999)).await;
+    assert_eq!(r.metrics.requests(false), 3);
+    let text = r.metrics.exposition(&r.registry);
+    assert!(text.contains("node=\"a\""), "{text}");
     r.shutdown.cancel();
     r.task.await.unwrap();
 }

@@ -72,6 +72,47 @@ pub(super) fn next_attempt(attempts: u32, refresh: Instant, now: Instant) -> Ins
     refresh.clamp(earliest, latest.max(earliest))
 }
 
+/// A pod that starts on a warm node is served once a scrape brings a sample of each of its
+/// containers taken at least 10 s after the container started (the store rates it from its
+/// start, as metrics-server's fresh-container rule does) or a second sample: one
+/// housekeeping interval after the first, or up to two (cAdvisor jitters each interval up to
+/// twice its length). The node's follow-ups
+/// go on at least this long after the pod was seen, whatever the first ones found (a
+/// container the kubelet has not sampled yet is not pending: it is not there at all).
+pub(super) const FOLLOW_UP_SETTLE: Duration = HOUSEKEEPING.saturating_add(REFRESH_MARGIN);
+
+/// A node's follow-ups end this long after the last pod start seen on it.
+pub(super) const FOLLOW_UP_LIMIT: Duration = HOUSEKEEPING
+    .saturating_mul(2)
+    .saturating_add(REFRESH_MARGIN);
+
+/// When to ask a warm node again after its `attempts`-th follow-up scrape (a pod started on it
+/// at `since`) finished at `now` with `pending` series waiting for a newer sample, expected at
+/// `refresh`; `None`: the follow-ups are over.
+///
+/// Until [`FOLLOW_UP_SETTLE`] after the start it goes on whatever it found, next at that
+/// time if nothing waits; then while series wait, as a warm-up does
+/// ([`next_attempt`]), until [`FOLLOW_UP_LIMIT`].
+pub(super) fn follow_up_next(
+    since: Instant,
+    attempts: u32,
+    pending: u32,
+    refresh: Instant,
+    now: Instant,
+) -> Option<Instant> {
+    let settled = since + FOLLOW_UP_SETTLE;
+    let at = if pending == 0 {
+        if now >= settled {
+            return None;
+        }
+        settled
+    } else {
+        // The first attempt holds the first samples; what follows aims at the refresh.
+        next_attempt(attempts.max(2), refresh, now)
+    };
+    (at <= since + FOLLOW_UP_LIMIT).then_some(at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +123,36 @@ mod tests {
         assert_eq!(
             [ms(2), ms(3), ms(4), ms(5), ms(50)],
             [500, 1000, 2000, 4000, 4000]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn follow_ups_settle_then_follow_waiting_series_within_the_limit() {
+        let since = Instant::now();
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        // The first follow-up (1 s after the start) found nothing waiting (the containers not
+        // sampled yet): asked again when they should have a second sample.
+        assert_eq!(
+            follow_up_next(since, 1, 0, since + s(30), since + s(1)),
+            Some(since + FOLLOW_UP_SETTLE)
+        );
+        // It found the first samples waiting: asked at their expected refresh.
+        assert_eq!(
+            follow_up_next(since, 1, 2, since + s(11), since + s(1)),
+            Some(since + s(11))
+        );
+        // Settled and nothing waits: done.
+        assert_eq!(follow_up_next(since, 2, 0, since, since + ms(10_600)), None);
+        // Still waiting after the expected refresh (a long cAdvisor interval): the backoff.
+        assert_eq!(
+            follow_up_next(since, 2, 1, since + s(11), since + ms(10_600)),
+            Some(since + ms(11_100))
+        );
+        // Never past the limit.
+        assert_eq!(
+            follow_up_next(since, 5, 1, since + s(30), since + s(20)),
+            None
         );
     }
 

@@ -525,6 +525,41 @@ impl Cluster {
         Ok(())
     }
 
+    /// Starts a generic pod on a running node now, as a rollout does: its kubelet reports
+    /// its containers from now on (first sampled at once, then on the node's housekeeping) and
+    /// the Pod, Running, is added to the API.
+    pub fn start_pod(&self, node: &str) -> Result<PlacedPod, Error> {
+        let now_ms = wall_ms();
+        // The first generic pod of a node is its kube-proxy: the second is an application's.
+        let mut pod = self
+            .generic_pods(node, 2, now_ms)
+            .pop()
+            .ok_or_else(|| Error::NoSuchNode(node.to_owned()))?;
+        for container in &mut pod.sim.containers {
+            container.created_ms = now_ms;
+            container.restart_every = None;
+        }
+        {
+            let mut nodes = self.nodes.lock();
+            let entry = nodes
+                .get_mut(node)
+                .ok_or_else(|| Error::NoSuchNode(node.to_owned()))?;
+            entry.model.pods.push(pod.sim.clone());
+            entry.kubelet.set_content(live(&entry.model));
+        }
+        // A built pod always carries a name and a namespace.
+        let _ = self.objects.put(Kind::Pod, pod.object.clone());
+        Ok(pod)
+    }
+
+    /// Requests a node's kubelet has answered (0 for an unknown node).
+    pub fn kubelet_requests(&self, node: &str) -> u64 {
+        self.nodes
+            .lock()
+            .get(node)
+            .map_or(0, |n| n.kubelet.requests())
+    }
+
     /// Deletes a pod: from the API and from its kubelet's reports. False when unknown.
     pub fn delete_pod(&self, namespace: &str, name: &str) -> bool {
         let deleted = self.objects.delete_pod(namespace, name).is_some();

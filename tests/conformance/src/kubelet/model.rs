@@ -180,6 +180,10 @@ impl SimContainer {
     }
 }
 
+/// How long after a container starts its kubelet first samples it (when the node refreshes
+/// on a housekeeping interval).
+pub(crate) const DISCOVERY_MS: i64 = 100;
+
 impl SimNode {
     /// A node with `pods` pods of `containers` containers each, deterministic rates and
     /// bounds, booted and with every container created at `boot_ms`, refreshed every
@@ -276,12 +280,19 @@ impl SimNode {
             None => (now_ms, Some(c.cpu_cores_at(now_ms))),
             Some(every) => {
                 let phase = phase_ms(&[&self.name, &pod.namespace, &pod.name, &c.name], every);
-                // The first housekeeping runs when the container is discovered.
-                let at = last_refresh(now_ms, phase, every).max(c.created_ms);
+                // The first housekeeping runs when the container is discovered, a moment after
+                // it started (cAdvisor's sample time is never its start time).
+                let discovered = c.created_ms.saturating_add(DISCOVERY_MS);
+                if now_ms < discovered {
+                    return None;
+                }
+                let at = last_refresh(now_ms, phase, every).max(discovered);
                 let from = at.saturating_sub(every).max(c.started_ms(at)?);
+                // The discovery sample is the first: no rate yet.
                 (
                     at,
-                    (from < at).then(|| average_cores(c.cpu_integral(from, at), from, at)),
+                    (from < at && at > discovered)
+                        .then(|| average_cores(c.cpu_integral(from, at), from, at)),
                 )
             }
         };

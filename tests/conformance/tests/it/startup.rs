@@ -93,13 +93,13 @@ async fn get(addr: SocketAddr, path: &str) -> Option<(StatusCode, http::HeaderMa
     ))
 }
 
-/// Polls `check` every 50 ms until it holds, for at most 20 s.
+/// Polls `check` every 50 ms until it holds, for at most 30 s.
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !check().await {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -243,4 +243,95 @@ async fn nodes_are_scraped_while_the_pods_are_listed_and_no_partial_list_is_serv
     server.await.unwrap().unwrap();
     stop.cancel();
     cp.stopped().await;
+}
+
+/// A pod that starts on a node the server already scrapes is served once the kubelet has
+/// sampled its containers twice (its node is asked again for it), not at its node's next
+/// period: here a minute away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
+    use conformance::cluster::{Cluster, ClusterConfig, Kubectl};
+    let stop = CancellationToken::new();
+    let cluster = Cluster::start(
+        ClusterConfig {
+            nodes: 2,
+            pods_per_node: 3,
+            resolution: Duration::from_secs(60),
+            container_restarts: false,
+            e2e_workloads: false,
+            node_labels: Vec::new(),
+            node_selector: String::new(),
+            ..ClusterConfig::default()
+        },
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    let node = ClusterConfig::node_name(0);
+    let served = |body: &str, name: &str| {
+        let list: serde_json::Value = serde_json::from_str(body).unwrap();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["metadata"]["name"] == name)
+    };
+    // Once every node is warm, the node's next scrape is its period's, a minute after start.
+    let metric = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let server_metric = |name: &'static str| {
+        let cluster = &cluster;
+        async move {
+            let (status, text) = cluster.server_get("/metrics", true).await.unwrap();
+            assert_eq!(status, StatusCode::OK);
+            metric(&text, name)
+        }
+    };
+    eventually("every node warm", || async {
+        server_metric("scraper_warming_nodes").await == Some(0.0)
+    })
+    .await;
+    let started = Instant::now();
+    let requests_before = cluster.kubelet_requests(&node);
+    let pod = cluster.start_pod(&node).unwrap();
+    let name = pod.sim.name.clone();
+    let deadline = started + Duration::from_secs(35);
+    loop {
+        let (status, body) = cluster
+            .server_get("/apis/metrics.k8s.io/v1/pods", true)
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if served(&body, &name) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} not served 35 s after it started (the node's next period is ~60 s away)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // kubectl shows it, with its usage.
+    let out = cluster
+        .kubectl(
+            Kubectl::V1_37,
+            &["top", "pod", "-n", pod.namespace(), &name, "--no-headers"],
+        )
+        .await
+        .unwrap()
+        .ok()
+        .unwrap();
+    assert!(out.starts_with(&name), "{out}");
+    // A few follow-ups did it, not a scrape loop gone wild.
+    let extra = cluster.kubelet_requests(&node) - requests_before;
+    assert!(
+        (1..=6).contains(&extra),
+        "{extra} requests for one pod start"
+    );
+    let counted = server_metric("scraper_pod_start_scrapes_total").await;
+    assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
+    cluster.stop().await.unwrap();
+    stop.cancel();
 }

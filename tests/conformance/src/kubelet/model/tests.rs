@@ -349,7 +349,7 @@ fn the_node_counter_never_decreases_and_a_restart_shows_at_the_next_refresh() {
     let (mut node_cpu, mut container) = (0.0, (0.0, 0.0));
     let mut restarts = 0;
     for step in 0..=800 {
-        let s = n.stats_at(1_000_000 + step * 250);
+        let s = n.stats_at(1_000_000 + DISCOVERY_MS + step * 250);
         assert!(
             s.cpu_seconds_total >= node_cpu,
             "node counter went back at step {step}"
@@ -398,16 +398,21 @@ fn the_node_counter_never_decreases_and_a_restart_shows_at_the_next_refresh() {
 }
 
 #[test]
-fn a_new_container_is_sampled_at_creation_then_on_its_timer() {
+fn a_new_container_is_sampled_at_discovery_then_on_its_timer() {
     let n = SimNode {
         housekeeping: Duration::from_millis(H as u64),
         ..node(None)
     };
     let created = 1_000_000;
-    assert!(n.stats_at(created - 1).pods[0].containers.is_empty());
-    let first = n.stats_at(created);
+    let discovered = created + DISCOVERY_MS;
+    assert!(n.stats_at(created).pods[0].containers.is_empty());
+    assert!(n.stats_at(discovered - 1).pods[0].containers.is_empty());
+    let first = n.stats_at(discovered);
     let c = &first.pods[0].containers[0];
-    assert_eq!((c.timestamp_ms, c.cpu_seconds_total), (created, 0.0));
+    // Sampled a moment after its start, never at it (a pair with a later sample is a rate).
+    assert_eq!(c.timestamp_ms, discovered);
+    assert_eq!(c.start_time_s, created as f64 / 1000.0);
+    assert!((c.cpu_seconds_total - 0.25 * DISCOVERY_MS as f64 / 1000.0).abs() < 1e-9);
     assert_eq!(c.cpu_nanocores, None, "one sample has no rate");
     // The node's own sample is older and does not count it yet.
     assert!(first.timestamp_ms < created);
@@ -416,11 +421,11 @@ fn a_new_container_is_sampled_at_creation_then_on_its_timer() {
     let phase = n.stats_at(created + 5 * H).pods[0].containers[0]
         .timestamp_ms
         .rem_euclid(H);
-    let refresh = created + 1 + (phase - created - 1).rem_euclid(H);
-    assert!(refresh > created && refresh - created <= H);
+    let refresh = discovered + 1 + (phase - discovered - 1).rem_euclid(H);
+    assert!(refresh > discovered && refresh - discovered <= H);
     assert_eq!(
         n.stats_at(refresh - 1).pods[0].containers[0].timestamp_ms,
-        created
+        discovered
     );
     let c = n.stats_at(refresh).pods[0].containers[0].clone();
     assert_eq!(c.timestamp_ms, refresh);
