@@ -70,6 +70,7 @@ pub struct Metrics {
     failures: Family<ReasonLabel, Counter>,
     warming: Gauge,
     pod_start_scrapes: Counter,
+    pod_start_scrapes_skipped: Counter,
     ticks: AtomicU64,
 }
 
@@ -117,6 +118,11 @@ impl Metrics {
             "Scrapes of a warm node outside its periods because a pod started on it",
             metrics.pod_start_scrapes.clone(),
         );
+        registry.register(
+            "scraper_pod_start_scrapes_skipped",
+            "Pod-start scrapes not made because the period's budget (a tenth of the nodes) was spent",
+            metrics.pod_start_scrapes_skipped.clone(),
+        );
         metrics
     }
 
@@ -130,6 +136,7 @@ impl Metrics {
             failures: Family::default(),
             warming: Gauge::default(),
             pod_start_scrapes: Counter::default(),
+            pod_start_scrapes_skipped: Counter::default(),
             ticks: AtomicU64::new(0),
         }
     }
@@ -146,6 +153,11 @@ impl Metrics {
     /// Counts a scrape started because a pod started on a warm node.
     pub fn pod_start_scrape(&self) {
         self.pod_start_scrapes.inc();
+    }
+
+    /// Counts a pod-start scrape not made: the period's budget was spent.
+    pub fn pod_start_scrape_skipped(&self) {
+        self.pod_start_scrapes_skipped.inc();
     }
 
     /// Records one finished kubelet request (success or failure): its duration, the success

@@ -485,6 +485,15 @@ struct Schedule<N: ?Sized> {
     /// The first round began before the inventory's first list of pods was in, and it is
     /// still not in.
     pods_pending: bool,
+    /// Pod-start scrapes the current period may still start ([`follow_up_budget`]).
+    follow_up_budget: usize,
+}
+
+/// Pod-start scrapes per period: a tenth of the nodes (at least 16), so a cluster whose pods
+/// churn fast pays at most ~10 % more kubelet requests; past it a started pod waits for its
+/// node's period, as it did without them.
+fn follow_up_budget(nodes: usize) -> usize {
+    (nodes / 10).max(16)
 }
 
 impl<N: NodeSource + ?Sized> Schedule<N> {
@@ -499,6 +508,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             started: Instant::now(),
             tally: RoundTally::default(),
             pods_pending: false,
+            follow_up_budget: follow_up_budget(0),
         }
     }
 
@@ -526,6 +536,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         self.record_tick(now);
         let nodes = self.selected();
         self.tally.nodes = nodes.len();
+        self.follow_up_budget = follow_up_budget(nodes.len());
         self.pods_pending = !self.inventory.pods_listed();
         let parts = nodes.len() + usize::from(self.pods_pending);
         self.shared.progress.start_first_round(parts);
@@ -549,6 +560,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
     fn tick(&mut self, now: Instant) {
         self.record_tick(now);
         let nodes = self.sync(now);
+        self.follow_up_budget = follow_up_budget(nodes.len());
         let resolution = self.shared.resolution;
         let limit = warmup::limit(resolution);
         let mut slots = Vec::with_capacity(nodes.len());
@@ -666,6 +678,12 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
                         continue;
                     }
                     follow_up.seq = None;
+                    if self.follow_up_budget == 0 {
+                        self.shared.metrics.pod_start_scrape_skipped();
+                        tracked.follow_up = None;
+                        continue;
+                    }
+                    self.follow_up_budget -= 1;
                     self.shared.metrics.pod_start_scrape();
                     follow_up.task = Some(self.tasks.spawn(node::scrape(
                         self.shared.clone(),
