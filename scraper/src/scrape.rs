@@ -423,12 +423,12 @@ struct Tracked {
     /// The scheduled scrape.
     next: Option<Next>,
     task: Option<AbortHandle>,
-    /// Pods started on the node (once it is warm): the node is asked again, outside its
+    /// Pods started on the node: the node is asked again, outside its
     /// periods, until they are served.
     follow_up: Option<FollowUp>,
 }
 
-/// A warm node's scrapes after a pod started on it, so the pod is served as soon as its
+/// A node's scrapes after a pod started on it, so the pod is served as soon as its
 /// containers have a sample the store can rate (see [`warmup::FOLLOW_UP_SETTLE`]) instead of
 /// at the node's next period: up to a resolution later.
 struct FollowUp {
@@ -732,8 +732,12 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         if tracked.epoch != outcome.epoch {
             return;
         }
+        let follow_up = tracked.follow_up.as_ref().and_then(|f| f.task.as_ref());
+        if follow_up.is_some_and(|running| running.id() == task) {
+            self.follow_up_finished(&outcome, now);
+            return;
+        }
         let Some((since, attempts)) = &mut tracked.warming else {
-            self.follow_up_finished(task, &outcome, now);
             return;
         };
         *attempts += 1;
@@ -779,17 +783,15 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         self.schedule(&outcome.node, at, None);
     }
 
-    /// Pods started on these nodes: each warm one is asked again, [`warmup::QUICK_RETRY`]
-    /// from now (for the containers' first samples) and then as a warm-up is, until they are
-    /// served. A node still warming up needs nothing more.
+    /// Pods started on these nodes: each is asked again, [`warmup::QUICK_RETRY`] from now
+    /// (for the containers' first samples) and then as a warm-up is, until they are served;
+    /// also a node still warming up, whose warm-up may end before the kubelet samples the
+    /// new containers.
     fn pods_started(&mut self, now: Instant) {
         for name in self.inventory.take_pod_starts() {
             let Some(tracked) = self.nodes.get_mut(&name) else {
                 continue;
             };
-            if tracked.warming.is_some() {
-                continue;
-            }
             let follow_up = tracked.follow_up.get_or_insert(FollowUp {
                 since: now,
                 attempts: 0,
@@ -808,22 +810,15 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         }
     }
 
-    /// A warm node's scrape finished: if it was a follow-up, the node is asked again while
-    /// series wait for a sample ([`warmup::follow_up_next`]).
-    fn follow_up_finished(&mut self, task: task::Id, outcome: &node::Outcome, now: Instant) {
+    /// A pod-start scrape finished: the node is asked again while series wait for a sample
+    /// ([`warmup::follow_up_next`]).
+    fn follow_up_finished(&mut self, outcome: &node::Outcome, now: Instant) {
         let Some(tracked) = self.nodes.get_mut(&outcome.node) else {
             return;
         };
         let Some(follow_up) = tracked.follow_up.as_mut() else {
             return;
         };
-        if follow_up
-            .task
-            .as_ref()
-            .is_none_or(|running| running.id() != task)
-        {
-            return;
-        }
         follow_up.task = None;
         follow_up.attempts += 1;
         let next = outcome.fetched.as_ref().and_then(|fetched| {
