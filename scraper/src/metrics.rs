@@ -120,7 +120,7 @@ impl Metrics {
         );
         registry.register(
             "scraper_pod_start_scrapes_skipped",
-            "Pod-start scrapes not made because the period's budget (a tenth of the nodes) was spent",
+            "Pod-start scrapes not made because the period's budget (a tenth of the nodes, at least 64) was spent",
             metrics.pod_start_scrapes_skipped.clone(),
         );
         metrics

@@ -489,11 +489,12 @@ struct Schedule<N: ?Sized> {
     follow_up_budget: usize,
 }
 
-/// Pod-start scrapes per period: a tenth of the nodes (at least 16), so a cluster whose pods
-/// churn fast pays at most ~10 % more kubelet requests; past it a started pod waits for its
-/// node's period, as it did without them.
+/// Pod-start scrapes per period: a tenth of the nodes, so a large cluster whose pods churn
+/// fast pays at most ~10 % more kubelet requests, and at least 64, so a small cluster's
+/// rollout (two to seven scrapes a pod) is served at once; past it a started pod waits for
+/// its node's period, as it did without them.
 fn follow_up_budget(nodes: usize) -> usize {
-    (nodes / 10).max(16)
+    (nodes / 10).max(64)
 }
 
 impl<N: NodeSource + ?Sized> Schedule<N> {

@@ -365,25 +365,25 @@ async fn a_pod_start_asks_its_warm_node_again_outside_the_periods() {
 #[tokio::test(start_paused = true)]
 async fn pod_start_scrapes_stay_within_the_periods_budget() {
     let t0 = Instant::now();
-    let names: Vec<String> = (0..20).map(|i| format!("n{i:02}")).collect();
+    let names: Vec<String> = (0..70).map(|i| format!("n{i:02}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = start(&names, Duration::from_secs(60));
     at(t0, ms(1_000)).await;
-    assert_eq!(r.metrics.requests(false), 20, "the first round");
+    assert_eq!(r.metrics.requests(false), 70, "the first round");
     at(t0, ms(20_000)).await;
     for name in &names {
         r.nodes.start_pod(name);
     }
     at(t0, ms(21_001)).await;
-    // At least 16 a period: 16 of the 20 nodes are asked again, 4 wait for the period.
-    assert_eq!(r.metrics.requests(false), 36);
+    // At least 64 a period: 64 of the 70 nodes are asked again, 6 wait for the period.
+    assert_eq!(r.metrics.requests(false), 134);
     let text = r.metrics.exposition(&r.registry);
     assert!(
-        text.contains("scraper_pod_start_scrapes_total 16\n"),
+        text.contains("scraper_pod_start_scrapes_total 64\n"),
         "{text}"
     );
     assert!(
-        text.contains("scraper_pod_start_scrapes_skipped_total 4\n"),
+        text.contains("scraper_pod_start_scrapes_skipped_total 6\n"),
         "{text}"
     );
     // The next period brings a new budget.
@@ -392,7 +392,7 @@ async fn pod_start_scrapes_stay_within_the_periods_budget() {
     at(t0, ms(62_001)).await;
     let text = r.metrics.exposition(&r.registry);
     assert!(
-        text.contains("scraper_pod_start_scrapes_total 17\n"),
+        text.contains("scraper_pod_start_scrapes_total 65\n"),
         "{text}"
     );
     r.shutdown.cancel();

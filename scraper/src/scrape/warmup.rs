@@ -81,10 +81,12 @@ pub(super) fn next_attempt(attempts: u32, refresh: Instant, now: Instant) -> Ins
 /// container the kubelet has not sampled yet is not pending: it is not there at all).
 pub(super) const FOLLOW_UP_SETTLE: Duration = HOUSEKEEPING.saturating_add(REFRESH_MARGIN);
 
-/// A node's follow-ups end this long after the last pod start seen on it.
+/// A node's follow-ups end this long after the last pod start seen on it: past the latest
+/// second sample (two housekeeping intervals after the first, which cAdvisor takes when it
+/// discovers the container) and the backoff step (4 s at most) that may straddle it.
 pub(super) const FOLLOW_UP_LIMIT: Duration = HOUSEKEEPING
     .saturating_mul(2)
-    .saturating_add(REFRESH_MARGIN);
+    .saturating_add(Duration::from_millis(2_500));
 
 /// When to ask a warm node again after its `attempts`-th follow-up scrape (a pod started on it
 /// at `since`) finished at `now` with `pending` series waiting for a newer sample, expected at
