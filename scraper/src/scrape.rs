@@ -801,7 +801,9 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             });
             follow_up.since = now;
             follow_up.attempts = 0;
-            if follow_up.seq.is_none() && follow_up.task.is_none() {
+            // A task that ended without reporting (it panicked) no longer counts as running.
+            let running = follow_up.task.as_ref().is_some_and(|t| !t.is_finished());
+            if follow_up.seq.is_none() && !running {
                 tracing::trace!(node = %name, "pod started: asking the node again");
                 self.seq += 1;
                 follow_up.seq = Some(self.seq);
