@@ -115,7 +115,7 @@ impl Metrics {
         );
         registry.register(
             "scraper_pod_start_scrapes",
-            "Scrapes of a warm node outside its periods because a pod started on it",
+            "Scrapes of a node outside its periods because a pod started on it",
             metrics.pod_start_scrapes.clone(),
         );
         registry.register(
@@ -150,7 +150,7 @@ impl Metrics {
         }
     }
 
-    /// Counts a scrape started because a pod started on a warm node.
+    /// Counts a scrape started because a pod started on the node.
     pub fn pod_start_scrape(&self) {
         self.pod_start_scrapes.inc();
     }

@@ -17,6 +17,10 @@
 //!   to finish, and a period's `metrics_server_manager_tick_duration_seconds` stays under the
 //!   resolution when every kubelet is healthy) in slices of [`PERIOD_GRID`] that start
 //!   together, each bounded by a deadline that counts any queueing.
+//! - **Pod starts**, beside either: a node on which a pod started (one the inventory's watch
+//!   adds after its first list) is asked again 1 s later and then until the pod is served
+//!   ([`warmup::follow_up_next`]), within a budget per period ([`follow_up_budget`]); these
+//!   scrapes belong to no period.
 //!
 //! Each node's result goes to the store as soon as it arrives: there is no barrier waiting
 //! for the slowest kubelet (metrics-server waits for all, §3.2). [`Progress`] tells the
@@ -497,6 +501,33 @@ fn follow_up_budget(nodes: usize) -> usize {
     (nodes / 10).max(64)
 }
 
+/// Queues a scrape of `name` at `at`; returns its sequence number, which tells the entry from
+/// those it replaces (stale entries are skipped when popped).
+fn push_due(seq: &mut u64, due: &mut BinaryHeap<Due>, at: Instant, name: NodeName) -> u64 {
+    *seq += 1;
+    due.push(Reverse((at, *seq, name)));
+    *seq
+}
+
+/// Spawns a scrape of `tracked`'s node that was due at `at`.
+fn spawn(
+    tasks: &mut JoinSet<node::Outcome>,
+    shared: &Arc<Shared>,
+    tracked: &Tracked,
+    at: Instant,
+    kind: node::Kind,
+    period: Option<Arc<Period>>,
+) -> AbortHandle {
+    tasks.spawn(node::scrape(
+        shared.clone(),
+        tracked.record.clone(),
+        tracked.epoch,
+        at,
+        kind,
+        period,
+    ))
+}
+
 impl<N: NodeSource + ?Sized> Schedule<N> {
     fn new(shared: Arc<Shared>, inventory: Arc<N>) -> Self {
         Schedule {
@@ -634,12 +665,8 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         let Some(tracked) = self.nodes.get_mut(name) else {
             return;
         };
-        self.seq += 1;
-        let next = Next {
-            seq: self.seq,
-            at,
-            period,
-        };
+        let seq = push_due(&mut self.seq, &mut self.due, at, name.clone());
+        let next = Next { seq, at, period };
         if let Some(Next {
             period: Some(replaced),
             ..
@@ -647,7 +674,6 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         {
             replaced.finish_one(&self.shared);
         }
-        self.due.push(Reverse((at, self.seq, name.clone())));
     }
 
     fn next_due(&self) -> Option<Instant> {
@@ -666,53 +692,64 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             let Some(tracked) = self.nodes.get_mut(&name) else {
                 continue;
             };
-            if tracked.next.as_ref().is_none_or(|next| next.seq != seq) {
-                if let Some(follow_up) = &mut tracked.follow_up
-                    && follow_up.seq == Some(seq)
-                {
-                    if tracked.task.as_ref().is_some_and(|t| !t.is_finished()) {
-                        // The node's scheduled scrape is running: asked after it.
-                        self.seq += 1;
-                        follow_up.seq = Some(self.seq);
-                        self.due
-                            .push(Reverse((now + warmup::QUICK_RETRY, self.seq, name)));
-                        continue;
-                    }
-                    follow_up.seq = None;
-                    if self.follow_up_budget == 0 {
-                        self.shared.metrics.pod_start_scrape_skipped();
-                        tracked.follow_up = None;
-                        continue;
-                    }
-                    self.follow_up_budget -= 1;
-                    self.shared.metrics.pod_start_scrape();
-                    follow_up.task = Some(self.tasks.spawn(node::scrape(
-                        self.shared.clone(),
-                        tracked.record.clone(),
-                        tracked.epoch,
-                        at,
-                        node::Kind::Steady,
-                        None,
-                    )));
-                }
-                continue;
+            if tracked.next.as_ref().is_some_and(|next| next.seq == seq) {
+                let period = tracked.next.take().and_then(|next| next.period);
+                let kind = match tracked.warming {
+                    Some((_, attempts)) => node::Kind::Warmup {
+                        first: attempts == 0,
+                    },
+                    None => node::Kind::Steady,
+                };
+                tracked.task = Some(spawn(
+                    &mut self.tasks,
+                    &self.shared,
+                    tracked,
+                    at,
+                    kind,
+                    period,
+                ));
+            } else if tracked
+                .follow_up
+                .as_ref()
+                .is_some_and(|f| f.seq == Some(seq))
+            {
+                self.start_follow_up(name, at, now);
             }
-            let period = tracked.next.take().and_then(|next| next.period);
-            let kind = match tracked.warming {
-                Some((_, attempts)) => node::Kind::Warmup {
-                    first: attempts == 0,
-                },
-                None => node::Kind::Steady,
-            };
-            let handle = self.tasks.spawn(node::scrape(
-                self.shared.clone(),
-                tracked.record.clone(),
-                tracked.epoch,
-                at,
-                kind,
-                period,
-            ));
-            tracked.task = Some(handle);
+        }
+    }
+
+    /// Starts a node's due pod-start scrape: after its scheduled scrape if that is running,
+    /// not at all past the period's budget.
+    fn start_follow_up(&mut self, name: NodeName, at: Instant, now: Instant) {
+        let Some(tracked) = self.nodes.get_mut(&name) else {
+            return;
+        };
+        let Some(follow_up) = tracked.follow_up.as_mut() else {
+            return;
+        };
+        if tracked.task.as_ref().is_some_and(|t| !t.is_finished()) {
+            let retry = now + warmup::QUICK_RETRY;
+            follow_up.seq = Some(push_due(&mut self.seq, &mut self.due, retry, name));
+            return;
+        }
+        follow_up.seq = None;
+        if self.follow_up_budget == 0 {
+            self.shared.metrics.pod_start_scrape_skipped();
+            tracked.follow_up = None;
+            return;
+        }
+        self.follow_up_budget -= 1;
+        self.shared.metrics.pod_start_scrape();
+        let task = spawn(
+            &mut self.tasks,
+            &self.shared,
+            tracked,
+            at,
+            node::Kind::Steady,
+            None,
+        );
+        if let Some(follow_up) = tracked.follow_up.as_mut() {
+            follow_up.task = Some(task);
         }
     }
 
@@ -805,10 +842,8 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             let running = follow_up.task.as_ref().is_some_and(|t| !t.is_finished());
             if follow_up.seq.is_none() && !running {
                 tracing::trace!(node = %name, "pod started: asking the node again");
-                self.seq += 1;
-                follow_up.seq = Some(self.seq);
-                self.due
-                    .push(Reverse((now + warmup::QUICK_RETRY, self.seq, name)));
+                let at = now + warmup::QUICK_RETRY;
+                follow_up.seq = Some(push_due(&mut self.seq, &mut self.due, at, name));
             }
         }
     }
@@ -836,14 +871,14 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             )
         });
         if follow_up.seq.is_some() {
-            // A pod started while this ran: its own follow-up is scheduled.
+            // A pod started after this task ended and before its outcome came: that start
+            // scheduled the next one.
             return;
         }
         match next {
             Some(at) => {
-                self.seq += 1;
-                follow_up.seq = Some(self.seq);
-                self.due.push(Reverse((at, self.seq, outcome.node.clone())));
+                let name = outcome.node.clone();
+                follow_up.seq = Some(push_due(&mut self.seq, &mut self.due, at, name));
             }
             None => tracked.follow_up = None,
         }

@@ -1,4 +1,5 @@
-//! When a warming node is asked again.
+//! When a node is asked again outside its periods: while it warms up, and after a pod started
+//! on it ([`follow_up_next`]).
 //!
 //! A rate needs two samples with different timestamps. A kubelet does not sample on
 //! request: cAdvisor refreshes each container's stats (and the node's) on its own
@@ -72,13 +73,13 @@ pub(super) fn next_attempt(attempts: u32, refresh: Instant, now: Instant) -> Ins
     refresh.clamp(earliest, latest.max(earliest))
 }
 
-/// A pod that starts on a warm node is served once a scrape brings a sample of each of its
+/// A pod that starts on a node is served once a scrape brings a sample of each of its
 /// containers taken at least 10 s after the container started (the store rates it from its
 /// start, as metrics-server's fresh-container rule does) or a second sample: one
 /// housekeeping interval after the first, or up to two (cAdvisor jitters each interval up to
-/// twice its length). The node's follow-ups
-/// go on at least this long after the pod was seen, whatever the first ones found (a
-/// container the kubelet has not sampled yet is not pending: it is not there at all).
+/// twice its length). The node's follow-ups go on at least this long after the pod was seen,
+/// whatever the first ones found (a container the kubelet has not sampled yet is not pending:
+/// it is not there at all).
 pub(super) const FOLLOW_UP_SETTLE: Duration = HOUSEKEEPING.saturating_add(REFRESH_MARGIN);
 
 /// A node's follow-ups end this long after the last pod start seen on it: past the latest
@@ -88,7 +89,7 @@ pub(super) const FOLLOW_UP_LIMIT: Duration = HOUSEKEEPING
     .saturating_mul(2)
     .saturating_add(Duration::from_millis(2_500));
 
-/// When to ask a warm node again after its `attempts`-th follow-up scrape (a pod started on it
+/// When to ask a node again after its `attempts`-th follow-up scrape (a pod started on it
 /// at `since`) finished at `now` with `pending` series waiting for a newer sample, expected at
 /// `refresh`; `None`: the follow-ups are over.
 ///
