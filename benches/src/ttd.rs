@@ -51,6 +51,10 @@ pub struct Options {
     /// Pods started, once everything is served, on as many nodes (0.5 s apart, each with
     /// the shape's containers, created at their start): the seconds until each is served.
     pub pod_starts: usize,
+    /// Containers restarted, once everything is served (after the pod starts), one each on
+    /// as many nodes, spread over one resolution period: how long each pod is not served,
+    /// and the seconds until it is served with a sample of the new container.
+    pub restarts: usize,
 }
 
 fn unix_ms() -> i64 {
@@ -200,6 +204,32 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                         .map_or_else(|| "?".to_owned(), |n| n.to_string()),
                 );
             }
+            let restarted = if m.done() && options.restarts > 0 {
+                let r = restarts(
+                    &cluster,
+                    &mut client,
+                    options.restarts,
+                    case.resolution,
+                    limit,
+                )
+                .await?;
+                let hidden: Vec<f64> = r.hidden.clone();
+                let served: Vec<f64> = r.served.iter().flatten().copied().collect();
+                println!(
+                    "    {} containers restarted: {} served again, after median {}, max {}; hidden {} of them, for median {}, max {}; {} follow-up scrapes",
+                    r.served.len(),
+                    served.len(),
+                    show(median(&served)),
+                    show(served.iter().copied().reduce(f64::max)),
+                    hidden.iter().filter(|&&h| h > 0.0).count(),
+                    show(median(&hidden)),
+                    show(hidden.iter().copied().reduce(f64::max)),
+                    r.scrapes.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+                );
+                Some(r)
+            } else {
+                None
+            };
             results.push(json!({
                 "nodes": n, "pods": pods_total, "source": case.source,
                 "resolution_s": case.resolution.as_secs_f64(), "run": run,
@@ -207,6 +237,10 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 "all_pods_s": m.all_pods, "readyz_s": m.ready, "machine_busy_share": busy,
                 "pod_starts": starts.as_ref().map(|s| json!({
                     "served_s": s.seconds, "pod_start_scrapes": s.scrapes,
+                })),
+                "restarts": restarted.as_ref().map(|r| json!({
+                    "served_again_s": r.served, "hidden_s": r.hidden,
+                    "follow_up_scrapes": r.scrapes,
                 })),
             }));
             let status = server.stop(Duration::from_secs(10));
@@ -225,7 +259,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
 
 /// Pods started on a running server's cluster: seconds from each start to its first answer
 /// with usage (`None`: not within the limit), and the server's
-/// `scraper_pod_start_scrapes_total` growth meanwhile.
+/// follow-up scrapes meanwhile ([`follow_up_scrapes`]).
 struct PodStarts {
     seconds: Vec<Option<f64>>,
     scrapes: Option<u64>,
@@ -240,8 +274,29 @@ fn median(v: &[f64]) -> Option<f64> {
 /// A sample of the server's own `/metrics`.
 async fn server_metric(client: &mut Client, name: &str) -> Option<u64> {
     let (_, text) = client.text("/metrics").await.ok()?;
+    sample(&text, name)
+}
+
+/// The value of the sample named `name` (with its labels, if any) in an exposition.
+fn sample(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The server's follow-up scrapes so far, of both reasons (an older build counted only
+/// pod starts, as `scraper_pod_start_scrapes_total`).
+async fn follow_up_scrapes(client: &mut Client) -> Option<u64> {
+    let (_, text) = client.text("/metrics").await.ok()?;
+    let of = |reason| {
+        sample(
+            &text,
+            &format!("scraper_follow_up_scrapes_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    match (of("pod_start"), of("container_start")) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => sample(&text, "scraper_pod_start_scrapes_total"),
+    }
 }
 
 /// Starts `count` pods, named after `tag`, on as many nodes, 0.5 s apart, and waits until
@@ -271,7 +326,7 @@ async fn pod_starts(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let scrapes_before = server_metric(client, "scraper_pod_start_scrapes_total").await;
+    let scrapes_before = follow_up_scrapes(client).await;
     let containers = containers.max(1);
     let specs: Vec<ContainerSpec> = (0..containers)
         .map(|c| ContainerSpec::new(&format!("c{c}")))
@@ -327,7 +382,7 @@ async fn pod_starts(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let scrapes = server_metric(client, "scraper_pod_start_scrapes_total")
+    let scrapes = follow_up_scrapes(client)
         .await
         .zip(scrapes_before)
         .map(|(after, before)| after.saturating_sub(before));
@@ -336,4 +391,109 @@ async fn pod_starts(
 
 fn server_log(dir: &std::path::Path) -> PathBuf {
     dir.join("metrics-server.log")
+}
+
+/// Containers restarted on a running server's cluster: per restart, the seconds until the
+/// pod is served with a sample taken after it (`None`: not within the limit) and how long
+/// the pod was not served in between (0 when it never was hidden), and the server's
+/// follow-up scrapes meanwhile.
+struct Restarts {
+    served: Vec<Option<f64>>,
+    hidden: Vec<f64>,
+    scrapes: Option<u64>,
+}
+
+/// Restarts the first container of one pod on each of `count` nodes, spread evenly over one
+/// `resolution` (so the restarts fall at every phase of their nodes' periods), and follows
+/// each pod until it is served with a sample of the new container (at most `limit`).
+async fn restarts(
+    cluster: &Cluster,
+    client: &mut Client,
+    count: usize,
+    resolution: Duration,
+    limit: Duration,
+) -> anyhow::Result<Restarts> {
+    struct Restart {
+        path: String,
+        at: Instant,
+        /// RFC 3339 second of the restart: a sample of the new container is at or after it.
+        since: String,
+        hidden_at: Option<Instant>,
+        hidden: f64,
+        served: Option<f64>,
+    }
+    let scrapes_before = follow_up_scrapes(client).await;
+    let nodes = cluster.fleet.len();
+    let step = resolution / u32::try_from(count.max(1)).unwrap_or(u32::MAX);
+    let mut pending: Vec<(usize, Instant)> = (0..count)
+        .map(|k| ((k * 7_919 + 101) % nodes, Instant::now() + step * k as u32))
+        .collect();
+    pending.reverse();
+    let mut restarted: Vec<Restart> = Vec::with_capacity(count);
+    let deadline = Instant::now() + resolution + limit;
+    loop {
+        while let Some(&(node, due)) = pending.last()
+            && due <= Instant::now()
+        {
+            pending.pop();
+            let now_ms = unix_ms();
+            let mut pod = None;
+            cluster.fleet.update(node, |m| {
+                // The second pod (the first is the node's kube-proxy), if any.
+                let i = usize::from(m.pods.len() > 1);
+                if let Some(p) = m.pods.get_mut(i)
+                    && let Some(c) = p.containers.first_mut()
+                {
+                    c.restart_at(now_ms);
+                    pod = Some((p.namespace.clone(), p.name.clone()));
+                }
+            });
+            let Some((namespace, name)) = pod else {
+                bail!("restarts need the kubelets in process (--kubelet-processes 0) and pods");
+            };
+            restarted.push(Restart {
+                path: format!("/apis/metrics.k8s.io/v1/namespaces/{namespace}/pods/{name}"),
+                at: Instant::now(),
+                since: conformance::objects::build::rfc3339(now_ms / 1000),
+                hidden_at: None,
+                hidden: 0.0,
+                served: None,
+            });
+        }
+        if pending.is_empty() && restarted.iter().all(|r| r.served.is_some()) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        for r in restarted.iter_mut().filter(|r| r.served.is_none()) {
+            let Ok((status, body)) = client.text(&r.path).await else {
+                continue;
+            };
+            if status == http::StatusCode::NOT_FOUND {
+                r.hidden_at.get_or_insert_with(Instant::now);
+                continue;
+            }
+            let sampled_since = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| Some(*v["timestamp"].as_str()? >= *r.since))
+                .unwrap_or(false);
+            if status.is_success() && sampled_since {
+                r.served = Some(r.at.elapsed().as_secs_f64());
+                if let Some(hidden_at) = r.hidden_at {
+                    r.hidden = hidden_at.elapsed().as_secs_f64();
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let scrapes = follow_up_scrapes(client)
+        .await
+        .zip(scrapes_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    Ok(Restarts {
+        served: restarted.iter().map(|r| r.served).collect(),
+        hidden: restarted.iter().map(|r| r.hidden).collect(),
+        scrapes,
+    })
 }

@@ -49,6 +49,28 @@ struct ReasonLabel {
     reason: &'static str,
 }
 
+/// Why a warm node is scraped outside its periods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowUpReason {
+    /// The API showed a pod start on it.
+    PodStart,
+    /// A scrape found series that wait for a second sample (a restarted container, a pod
+    /// the API did not show starting, a node sample that did not move).
+    ContainerStart,
+}
+
+impl FollowUpReason {
+    const ALL: [FollowUpReason; 2] = [FollowUpReason::PodStart, FollowUpReason::ContainerStart];
+
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FollowUpReason::PodStart => "pod_start",
+            FollowUpReason::ContainerStart => "container_start",
+        }
+    }
+}
+
 /// metrics-server `pkg/utils/monitoring.go` `BucketsForScrapeDuration`: `DefBuckets` plus,
 /// when the resolution exceeds 10 s, `[10+(r-10)/2, r, 1.5r, 2r]`.
 pub fn tick_buckets(resolution: Duration) -> Vec<f64> {
@@ -69,8 +91,8 @@ pub struct Metrics {
     storage_points: Family<TypeLabel, Gauge>,
     failures: Family<ReasonLabel, Counter>,
     warming: Gauge,
-    pod_start_scrapes: Counter,
-    pod_start_scrapes_skipped: Counter,
+    follow_up_scrapes: Family<ReasonLabel, Counter>,
+    follow_up_scrapes_skipped: Family<ReasonLabel, Counter>,
     ticks: AtomicU64,
 }
 
@@ -114,31 +136,38 @@ impl Metrics {
             metrics.warming.clone(),
         );
         registry.register(
-            "scraper_pod_start_scrapes",
-            "Scrapes of a node outside its periods because a pod started on it",
-            metrics.pod_start_scrapes.clone(),
+            "scraper_follow_up_scrapes",
+            "Scrapes of a warm node outside its periods, until new containers are served, by reason (pod_start: the API showed a pod start on it; container_start: a scrape found series that wait for a second sample, as a restarted container's do)",
+            metrics.follow_up_scrapes.clone(),
         );
         registry.register(
-            "scraper_pod_start_scrapes_skipped",
-            "Pod-start scrapes not made because the period's budget (a tenth of the nodes, at least 64) was spent",
-            metrics.pod_start_scrapes_skipped.clone(),
+            "scraper_follow_up_scrapes_skipped",
+            "Follow-up scrapes not made because the period's budget (a tenth of the nodes, at least 64) was spent, by reason",
+            metrics.follow_up_scrapes_skipped.clone(),
         );
         metrics
     }
 
     fn unregistered(resolution: Duration) -> Self {
         let buckets = tick_buckets(resolution);
-        Metrics {
+        let metrics = Metrics {
             nodes: Arc::default(),
             request_total: Family::default(),
             tick_duration: Histogram::new(buckets),
             storage_points: Family::default(),
             failures: Family::default(),
             warming: Gauge::default(),
-            pod_start_scrapes: Counter::default(),
-            pod_start_scrapes_skipped: Counter::default(),
+            follow_up_scrapes: Family::default(),
+            follow_up_scrapes_skipped: Family::default(),
             ticks: AtomicU64::new(0),
+        };
+        // Both reasons from the start, at zero.
+        for reason in FollowUpReason::ALL.map(FollowUpReason::as_str) {
+            let label = ReasonLabel { reason };
+            let _ = metrics.follow_up_scrapes.get_or_create(&label);
+            let _ = metrics.follow_up_scrapes_skipped.get_or_create(&label);
         }
+        metrics
     }
 
     /// A node entered (`true`) or left warm-up.
@@ -150,14 +179,20 @@ impl Metrics {
         }
     }
 
-    /// Counts a scrape started because a pod started on the node.
-    pub fn pod_start_scrape(&self) {
-        self.pod_start_scrapes.inc();
+    /// Counts a follow-up scrape started for `reason`.
+    pub fn follow_up_scrape(&self, reason: FollowUpReason) {
+        let reason = reason.as_str();
+        self.follow_up_scrapes
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
-    /// Counts a pod-start scrape not made: the period's budget was spent.
-    pub fn pod_start_scrape_skipped(&self) {
-        self.pod_start_scrapes_skipped.inc();
+    /// Counts a follow-up scrape not made: the period's budget was spent.
+    pub fn follow_up_scrape_skipped(&self, reason: FollowUpReason) {
+        let reason = reason.as_str();
+        self.follow_up_scrapes_skipped
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Records one finished kubelet request (success or failure): its duration, the success

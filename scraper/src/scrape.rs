@@ -17,10 +17,13 @@
 //!   to finish, and a period's `metrics_server_manager_tick_duration_seconds` stays under the
 //!   resolution when every kubelet is healthy) in slices of [`PERIOD_GRID`] that start
 //!   together, each bounded by a deadline that counts any queueing.
-//! - **Pod starts**, beside either: a node on which a pod started (one the inventory's watch
+//! - **Follow-ups**, beside either: a node on which a pod started (one the inventory's watch
 //!   adds after its first list) is asked again 1 s later and then until the pod is served
-//!   ([`warmup::follow_up_next`]), within a budget per period ([`follow_up_budget`]); these
-//!   scrapes belong to no period.
+//!   ([`warmup::follow_up_next`]); so is a warm node whose steady scrape found more series
+//!   waiting for a second sample than its last scrape did (a container that restarted, whose
+//!   first sample cannot be rated: without this its pod would be hidden until the next
+//!   period). Within a budget per period ([`follow_up_budget`]); these scrapes belong to no
+//!   period.
 //!
 //! Each node's result goes to the store as soon as it arrives: there is no barrier waiting
 //! for the slowest kubelet (metrics-server waits for all, §3.2). [`Progress`] tells the
@@ -50,7 +53,7 @@ use tokio_util::sync::CancellationToken;
 use crate::inventory::{Inventory, NodeRecord};
 use crate::kubelet::Source;
 use crate::kubelet::client::{Client, Resolver};
-use crate::metrics::Metrics;
+use crate::metrics::{FollowUpReason, Metrics};
 use crate::point::NodeName;
 use crate::selector::LabelSelector;
 use crate::store::Store;
@@ -427,17 +430,23 @@ struct Tracked {
     /// The scheduled scrape.
     next: Option<Next>,
     task: Option<AbortHandle>,
-    /// Pods started on the node: the node is asked again, outside its
+    /// Pods or containers started on the node: the node is asked again, outside its
     /// periods, until they are served.
     follow_up: Option<FollowUp>,
+    /// Series its last ingested scrape left waiting for a second sample: a steady scrape that
+    /// finds more starts a follow-up.
+    pending: u32,
 }
 
-/// A node's scrapes after a pod started on it, so the pod is served as soon as its
-/// containers have a sample the store can rate (see [`warmup::FOLLOW_UP_SETTLE`]) instead of
-/// at the node's next period: up to a resolution later.
+/// A node's scrapes after a pod or container started on it, so the pod is served as soon as
+/// its containers have a sample the store can rate (see [`warmup::FOLLOW_UP_SETTLE`])
+/// instead of at the node's next period: up to a resolution later.
 struct FollowUp {
-    /// When the last pod start on the node was seen.
+    reason: FollowUpReason,
+    /// When the last start on the node was seen.
     since: Instant,
+    /// How long after `since` the follow-ups go on even when nothing waits.
+    settle: Duration,
     /// Follow-up scrapes finished.
     attempts: u32,
     /// The scheduled one (its heap sequence number); `None` while it runs.
@@ -656,6 +665,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             next: None,
             task: None,
             follow_up: None,
+            pending: 0,
         };
         self.nodes.insert(record.name.clone(), tracked);
     }
@@ -718,7 +728,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         }
     }
 
-    /// Starts a node's due pod-start scrape: after its scheduled scrape if that is running,
+    /// Starts a node's due follow-up scrape: after its scheduled scrape if that is running,
     /// not at all past the period's budget.
     fn start_follow_up(&mut self, name: NodeName, at: Instant, now: Instant) {
         let Some(tracked) = self.nodes.get_mut(&name) else {
@@ -733,13 +743,14 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             return;
         }
         follow_up.seq = None;
+        let reason = follow_up.reason;
         if self.follow_up_budget == 0 {
-            self.shared.metrics.pod_start_scrape_skipped();
+            self.shared.metrics.follow_up_scrape_skipped(reason);
             tracked.follow_up = None;
             return;
         }
         self.follow_up_budget -= 1;
-        self.shared.metrics.pod_start_scrape();
+        self.shared.metrics.follow_up_scrape(reason);
         let task = spawn(
             &mut self.tasks,
             &self.shared,
@@ -770,12 +781,19 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         if tracked.epoch != outcome.epoch {
             return;
         }
+        let pending_before = tracked.pending;
+        if let Some(fetched) = &outcome.fetched {
+            tracked.pending = fetched.ingested.pending;
+        }
         let follow_up = tracked.follow_up.as_ref().and_then(|f| f.task.as_ref());
         if follow_up.is_some_and(|running| running.id() == task) {
             self.follow_up_finished(&outcome, now);
             return;
         }
         let Some((since, attempts)) = &mut tracked.warming else {
+            if tracked.pending > pending_before {
+                self.containers_started(&outcome, now);
+            }
             return;
         };
         *attempts += 1;
@@ -831,12 +849,16 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
                 continue;
             };
             let follow_up = tracked.follow_up.get_or_insert(FollowUp {
+                reason: FollowUpReason::PodStart,
                 since: now,
+                settle: warmup::FOLLOW_UP_SETTLE,
                 attempts: 0,
                 seq: None,
                 task: None,
             });
+            follow_up.reason = FollowUpReason::PodStart;
             follow_up.since = now;
+            follow_up.settle = warmup::FOLLOW_UP_SETTLE;
             follow_up.attempts = 0;
             // A task that ended without reporting (it panicked) no longer counts as running.
             let running = follow_up.task.as_ref().is_some_and(|t| !t.is_finished());
@@ -848,7 +870,45 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         }
     }
 
-    /// A pod-start scrape finished: the node is asked again while series wait for a sample
+    /// A steady scrape of a warm node found more series waiting for a second sample than the
+    /// node's last scrape left (a container restarted, or started unseen by the inventory):
+    /// unless follow-ups already run, the node is asked again when they should have one, and
+    /// then as after a pod start, without the settling (the scrape saw the samples).
+    fn containers_started(&mut self, outcome: &node::Outcome, now: Instant) {
+        let Some(tracked) = self.nodes.get_mut(&outcome.node) else {
+            return;
+        };
+        let Some(fetched) = &outcome.fetched else {
+            return;
+        };
+        if tracked.follow_up.is_some() {
+            return;
+        }
+        let refresh = warmup::expected_refresh_ns(fetched.ingested.waiting_newest_ns);
+        let Some(at) = warmup::follow_up_next(
+            now,
+            Duration::ZERO,
+            1,
+            fetched.ingested.pending,
+            self.shared.clock.instant(refresh),
+            now,
+        ) else {
+            return;
+        };
+        tracing::trace!(node = %outcome.node, pending = fetched.ingested.pending,
+            "series started since the last scrape: asking the node again");
+        let name = outcome.node.clone();
+        tracked.follow_up = Some(FollowUp {
+            reason: FollowUpReason::ContainerStart,
+            since: now,
+            settle: Duration::ZERO,
+            attempts: 1,
+            seq: Some(push_due(&mut self.seq, &mut self.due, at, name)),
+            task: None,
+        });
+    }
+
+    /// A follow-up scrape finished: the node is asked again while series wait for a sample
     /// ([`warmup::follow_up_next`]).
     fn follow_up_finished(&mut self, outcome: &node::Outcome, now: Instant) {
         let Some(tracked) = self.nodes.get_mut(&outcome.node) else {
@@ -864,6 +924,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             let refresh = warmup::expected_refresh_ns(ingested.waiting_newest_ns);
             warmup::follow_up_next(
                 follow_up.since,
+                follow_up.settle,
                 follow_up.attempts,
                 ingested.pending,
                 self.shared.clock.instant(refresh),

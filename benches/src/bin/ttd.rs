@@ -21,7 +21,7 @@ use benches::ttd::{Case, Options, run};
 
 const USAGE: &str = "usage: ttd [--nodes N[,N...]] [--pods-per-node P] [--containers C] \
 [--resolution 15s[,60s...]] [--source resource[,summary]] [--repeat R] [--poll 100ms] \
-[--server-bin PATH] [--server-arg FLAG]... [--pod-starts N]";
+[--server-bin PATH] [--server-arg FLAG]... [--pod-starts N] [--restarts N]";
 
 fn list<T>(text: &str, f: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
     text.split(',').map(|s| f(s.trim())).collect()
@@ -50,6 +50,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         poll: Duration::from_millis(100),
         server_args: Vec::new(),
         pod_starts: 0,
+        restarts: 0,
     };
     parse_flags(args, USAGE, |flag, value| {
         match flag {
@@ -63,6 +64,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--server-bin" => o.server_bin = PathBuf::from(value()?),
             "--server-arg" => o.server_args.push(value()?),
             "--pod-starts" => o.pod_starts = value()?.parse().context("--pod-starts")?,
+            "--restarts" => o.restarts = value()?.parse().context("--restarts")?,
             other => bail!("unknown flag {other}\n{USAGE}"),
         }
         Ok(())

@@ -379,11 +379,11 @@ async fn pod_start_scrapes_stay_within_the_periods_budget() {
     assert_eq!(r.metrics.requests(false), 134);
     let text = r.metrics.exposition(&r.registry);
     assert!(
-        text.contains("scraper_pod_start_scrapes_total 64\n"),
+        text.contains("scraper_follow_up_scrapes_total{reason=\"pod_start\"} 64\n"),
         "{text}"
     );
     assert!(
-        text.contains("scraper_pod_start_scrapes_skipped_total 6\n"),
+        text.contains("scraper_follow_up_scrapes_skipped_total{reason=\"pod_start\"} 6\n"),
         "{text}"
     );
     // The next period brings a new budget.
@@ -392,7 +392,7 @@ async fn pod_start_scrapes_stay_within_the_periods_budget() {
     at(t0, ms(62_001)).await;
     let text = r.metrics.exposition(&r.registry);
     assert!(
-        text.contains("scraper_pod_start_scrapes_total 65\n"),
+        text.contains("scraper_follow_up_scrapes_total{reason=\"pod_start\"} 65\n"),
         "{text}"
     );
     r.shutdown.cancel();

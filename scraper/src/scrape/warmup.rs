@@ -89,21 +89,23 @@ pub(super) const FOLLOW_UP_LIMIT: Duration = HOUSEKEEPING
     .saturating_mul(2)
     .saturating_add(Duration::from_millis(2_500));
 
-/// When to ask a node again after its `attempts`-th follow-up scrape (a pod started on it
-/// at `since`) finished at `now` with `pending` series waiting for a newer sample, expected at
+/// When to ask a node again after its `attempts`-th follow-up scrape (they began at
+/// `since`) finished at `now` with `pending` series waiting for a newer sample, expected at
 /// `refresh`; `None`: the follow-ups are over.
 ///
-/// Until [`FOLLOW_UP_SETTLE`] after the start it goes on whatever it found, next at that
-/// time if nothing waits; then while series wait, as a warm-up does
-/// ([`next_attempt`]), until [`FOLLOW_UP_LIMIT`].
+/// Until `settle` after `since` it goes on whatever it found, next at that time if nothing
+/// waits ([`FOLLOW_UP_SETTLE`] after a pod start, whose containers may not be sampled yet;
+/// zero after a scrape found the waiting series itself); then while series wait, as a
+/// warm-up does ([`next_attempt`]), until [`FOLLOW_UP_LIMIT`].
 pub(super) fn follow_up_next(
     since: Instant,
+    settle: Duration,
     attempts: u32,
     pending: u32,
     refresh: Instant,
     now: Instant,
 ) -> Option<Instant> {
-    let settled = since + FOLLOW_UP_SETTLE;
+    let settled = since + settle;
     let at = if pending == 0 {
         if now >= settled {
             return None;
@@ -137,26 +139,44 @@ mod tests {
         // The first follow-up (1 s after the start) found nothing waiting (the containers not
         // sampled yet): asked again when they should have a second sample.
         assert_eq!(
-            follow_up_next(since, 1, 0, since + s(30), since + s(1)),
+            follow_up_next(since, FOLLOW_UP_SETTLE, 1, 0, since + s(30), since + s(1)),
             Some(since + FOLLOW_UP_SETTLE)
         );
         // It found the first samples waiting: asked at their expected refresh.
         assert_eq!(
-            follow_up_next(since, 1, 2, since + s(11), since + s(1)),
+            follow_up_next(since, FOLLOW_UP_SETTLE, 1, 2, since + s(11), since + s(1)),
             Some(since + s(11))
         );
         // Settled and nothing waits: done.
-        assert_eq!(follow_up_next(since, 2, 0, since, since + ms(10_600)), None);
+        assert_eq!(
+            follow_up_next(since, FOLLOW_UP_SETTLE, 2, 0, since, since + ms(10_600)),
+            None
+        );
         // Still waiting after the expected refresh (a long cAdvisor interval): the backoff.
         assert_eq!(
-            follow_up_next(since, 2, 1, since + s(11), since + ms(10_600)),
+            follow_up_next(
+                since,
+                FOLLOW_UP_SETTLE,
+                2,
+                1,
+                since + s(11),
+                since + ms(10_600)
+            ),
             Some(since + ms(11_100))
         );
         // Never past the limit.
         assert_eq!(
-            follow_up_next(since, 5, 1, since + s(30), since + s(20)),
+            follow_up_next(since, FOLLOW_UP_SETTLE, 5, 1, since + s(30), since + s(20)),
             None
         );
+        // Found by a scrape (no settling): the waiting series' refresh, then done once
+        // nothing waits.
+        let z = Duration::ZERO;
+        assert_eq!(
+            follow_up_next(since, z, 1, 1, since + s(9), since),
+            Some(since + s(9))
+        );
+        assert_eq!(follow_up_next(since, z, 2, 0, since, since + s(9)), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -104,6 +104,9 @@ pub enum Error {
     /// A node of that name exists already.
     #[error("node {0:?} exists already")]
     NodeExists(String),
+    /// No such container (namespace/pod/container on node).
+    #[error("no container {0}")]
+    NoSuchContainer(String),
     /// No replica of that index.
     #[error("no replica {0}")]
     NoSuchReplica(usize),
@@ -135,8 +138,8 @@ pub struct ClusterConfig {
     /// [`SimNode::housekeeping`]); zero renders them at each request.
     pub housekeeping: Duration,
     /// Let a few generic pods' containers crash and restart now and then (about one pod in
-    /// 17, every 10 minutes). A restart hides its pod for a cycle, as metrics-server does;
-    /// a test that asserts every pod is always served turns it off.
+    /// 17, every 10 minutes). A restart can hide its pod for a moment (until the new
+    /// container's second sample); a test that asserts every pod is always served turns it off.
     pub container_restarts: bool,
     /// These nodes have swap on (kubelet NodeSwap): their kubelets report swap for the node
     /// and every container, and the first container of every third pod uses some.
@@ -211,7 +214,7 @@ pub struct Cluster {
     objects: Objects,
     kubelet_ca: tls::issue::Ca,
     server_token: String,
-    nodes: Mutex<BTreeMap<String, Node>>,
+    nodes: Arc<Mutex<BTreeMap<String, Node>>>,
     rng: Mutex<workload::Rng>,
     /// The server's flags (the program name first, no `--cert-dir`), the same for every
     /// replica.
@@ -324,7 +327,7 @@ impl Cluster {
             objects,
             kubelet_ca,
             server_token,
-            nodes: Mutex::new(BTreeMap::new()),
+            nodes: Arc::new(Mutex::new(BTreeMap::new())),
             server_args: Vec::new(),
             replicas: Mutex::new(Vec::new()),
             restarting: tokio::sync::Mutex::new(()),
@@ -550,6 +553,65 @@ impl Cluster {
         // A built pod always carries a name and a namespace.
         let _ = self.objects.put(Kind::Pod, pod.object.clone());
         Ok(pod)
+    }
+
+    /// Restarts a container of a pod on `node` right before its kubelet answers its next
+    /// request (a scrape): a crash and restart a moment before, so that the scrape finds the
+    /// new container's first sample, taken at its discovery. The receiver gets the restart
+    /// time, Unix ms.
+    pub fn restart_container_before_next_scrape(
+        &self,
+        node: &str,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<tokio::sync::oneshot::Receiver<i64>, Error> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let nodes = Arc::downgrade(&self.nodes);
+        let (node, namespace, pod, container) = (
+            node.to_owned(),
+            namespace.to_owned(),
+            pod.to_owned(),
+            container.to_owned(),
+        );
+        let guard = self.nodes.lock();
+        let entry = guard
+            .get(&node)
+            .ok_or_else(|| Error::NoSuchNode(node.clone()))?;
+        let found = entry.model.pods.iter().any(|p| {
+            p.namespace == namespace
+                && p.name == pod
+                && p.containers.iter().any(|c| c.name == container)
+        });
+        if !found {
+            return Err(Error::NoSuchContainer(format!(
+                "{namespace}/{pod}/{container} on {node}"
+            )));
+        }
+        let restart = move || {
+            let Some(nodes) = nodes.upgrade() else {
+                return;
+            };
+            let mut nodes = nodes.lock();
+            let Some(entry) = nodes.get_mut(&node) else {
+                return;
+            };
+            // Discovered (and sampled) before the request is answered.
+            let at = wall_ms() - 2 * kubelet::DISCOVERY_MS;
+            let containers = entry
+                .model
+                .pods
+                .iter_mut()
+                .filter(|p| p.namespace == namespace && p.name == pod)
+                .flat_map(|p| p.containers.iter_mut());
+            for c in containers.filter(|c| c.name == container) {
+                c.restart_at(at);
+            }
+            entry.kubelet.set_content(live(&entry.model));
+            let _ = tx.send(at);
+        };
+        entry.kubelet.before_next_request(restart);
+        Ok(rx)
     }
 
     /// Requests a node's kubelet has answered (0 for an unknown node).

@@ -44,6 +44,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 pub use fleet::{Clock, FleetCounts, SimFleet};
+pub(crate) use model::DISCOVERY_MS;
 pub use model::{DEFAULT_HOUSEKEEPING, SimContainer, SimNode, SimPod};
 
 use crate::payload::{NodeStats, render_resource, render_summary};
@@ -247,6 +248,8 @@ struct Inner {
     stats_forbidden: bool,
     /// What is served from the request after the given count on.
     next_content: Mutex<Option<(u64, Content)>>,
+    /// Runs when the next request arrives, before it is answered.
+    before_next: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -342,6 +345,7 @@ impl SimKubelet {
             seen: Mutex::new(Vec::new()),
             stats_forbidden: options.stats_forbidden,
             next_content: Mutex::new(None),
+            before_next: Mutex::new(None),
         });
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervise(
@@ -433,6 +437,12 @@ impl SimKubelet {
     /// a kubelet whose stats refresh at that exact moment, between two requests.
     pub fn set_content_after(&self, requests: u64, content: Content) {
         *self.inner.next_content.lock() = Some((requests, content));
+    }
+
+    /// Runs `f` once, when the next request arrives and before it is answered (`f` may
+    /// replace the content, which that request then gets).
+    pub fn before_next_request(&self, f: impl FnOnce() + Send + 'static) {
+        *self.inner.before_next.lock() = Some(Box::new(f));
     }
 
     /// Mutates the served model (switching to [`Content::Stats`] if another content was set).
@@ -669,6 +679,10 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let n = inner.requests.fetch_add(1, Ordering::Relaxed);
+    let before = inner.before_next.lock().take();
+    if let Some(f) = before {
+        f();
+    }
     {
         let mut next = inner.next_content.lock();
         if next.as_ref().is_some_and(|(after, _)| n >= *after)

@@ -104,6 +104,7 @@ fn part(name: &str, cpu_cores: f64, memory_bytes: (u64, u64), created_ms: i64) -
             memory_max_bytes: memory_bytes.1,
             memory_period: Duration::from_secs(180),
             restart_every: None,
+            restarted_ms: Vec::new(),
             swap_bytes: 0,
         },
     }

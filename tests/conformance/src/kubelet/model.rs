@@ -86,6 +86,8 @@ pub struct SimContainer {
     pub memory_period: Duration,
     /// Restarts this often after `created_ms` (counter reset, new start time).
     pub restart_every: Option<Duration>,
+    /// Restarts at these times besides, Unix ms, ascending ([`SimContainer::restart_at`]).
+    pub restarted_ms: Vec<i64>,
     /// Swap in use, bytes, when its node has swap on (a gauge; 0 for most containers).
     pub swap_bytes: u64,
 }
@@ -100,10 +102,18 @@ impl SimContainer {
             .restart_every
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .filter(|&ms| ms > 0);
-        Some(match every {
+        let periodic = match every {
             Some(every) => self.created_ms + (now_ms - self.created_ms) / every * every,
             None => self.created_ms,
-        })
+        };
+        let explicit = self.restarted_ms.iter().rev().find(|&&t| t <= now_ms);
+        Some(explicit.map_or(periodic, |&t| t.max(periodic)))
+    }
+
+    /// Restarts it at `at_ms` (after its creation and every earlier restart).
+    pub fn restart_at(&mut self, at_ms: i64) {
+        let last = self.restarted_ms.last().copied().unwrap_or(self.created_ms);
+        self.restarted_ms.push(at_ms.max(last));
     }
 
     /// Cumulative CPU of the current incarnation, seconds.
@@ -204,6 +214,7 @@ impl SimNode {
                         memory_max_bytes: (48 + (p % 64) as u64) << 20,
                         memory_period: Duration::from_secs(120 + (c as u64) * 30),
                         restart_every: None,
+                        restarted_ms: Vec::new(),
                         swap_bytes: 0,
                     })
                     .collect(),
@@ -224,8 +235,9 @@ impl SimNode {
     /// `payload::render_*`: each container as of its last refresh (see
     /// [`SimNode::housekeeping`]), the node's own sample as of the node's.
     ///
-    /// A container appears at its creation, sampled at that instant (cAdvisor housekeeps a
-    /// new container as soon as it discovers it); a restart shows at its next refresh.
+    /// A container appears [`DISCOVERY_MS`] after its creation, sampled then (cAdvisor
+    /// housekeeps a new container as soon as it discovers it); so does each restart (a new
+    /// container to cAdvisor), and in between the container is absent.
     /// `usageNanoCores` is the average rate since the previous refresh (what cAdvisor
     /// computes from its last two samples) and absent on a container's first sample; with
     /// no housekeeping it is the instantaneous rate at `now_ms`.
@@ -280,9 +292,10 @@ impl SimNode {
             None => (now_ms, Some(c.cpu_cores_at(now_ms))),
             Some(every) => {
                 let phase = phase_ms(&[&self.name, &pod.namespace, &pod.name, &c.name], every);
-                // The first housekeeping runs when the container is discovered, a moment after
-                // it started (cAdvisor's sample time is never its start time).
-                let discovered = c.created_ms.saturating_add(DISCOVERY_MS);
+                // The first housekeeping runs when the container (this incarnation) is
+                // discovered, a moment after it started (cAdvisor's sample time is never its
+                // start time).
+                let discovered = c.started_ms(now_ms)?.saturating_add(DISCOVERY_MS);
                 if now_ms < discovered {
                     return None;
                 }

@@ -1009,7 +1009,12 @@ async fn every_fault_fails_only_its_own_node_with_its_own_reason() {
     // Recovery: the kubelet comes back and the next period (from 1200 ms) scrapes it.
     down.set_fault(Fault::Healthy);
     l.until(2350).await;
-    assert_eq!(down.requests(), 1, "c-down scraped once it is back");
+    // (Its first samples wait for a second: a follow-up may ask it once more meanwhile.)
+    assert!(
+        (1..=2).contains(&down.requests()),
+        "c-down scraped at the next period once it is back: {} requests",
+        down.requests()
+    );
     assert_eq!(l.metrics.failures("connection_refused"), 1);
     l.stop().await;
 }

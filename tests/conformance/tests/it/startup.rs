@@ -245,18 +245,26 @@ async fn nodes_are_scraped_while_the_pods_are_listed_and_no_partial_list_is_serv
     cp.stopped().await;
 }
 
-/// A pod that starts on a node the server already scrapes is served once the kubelet has
-/// sampled its containers twice (its node is asked again for it), not at its node's next
-/// period: here a minute away.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
-    use conformance::cluster::{Cluster, ClusterConfig, Kubectl};
-    let stop = CancellationToken::new();
+/// A value of the server's own `/metrics` (a sample name with its labels, if any).
+async fn server_metric(cluster: &conformance::cluster::Cluster, name: &str) -> Option<f64> {
+    let (status, text) = cluster.server_get("/metrics", true).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A two-node cluster at `resolution`, without random container restarts, once the server
+/// has every node warm: a node's next scrape is then its period's.
+async fn warm_cluster(
+    resolution: Duration,
+    stop: &CancellationToken,
+) -> conformance::cluster::Cluster {
+    use conformance::cluster::{Cluster, ClusterConfig};
     let cluster = Cluster::start(
         ClusterConfig {
             nodes: 2,
             pods_per_node: 3,
-            resolution: Duration::from_secs(60),
+            resolution,
             container_restarts: false,
             e2e_workloads: false,
             node_labels: Vec::new(),
@@ -267,6 +275,21 @@ async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
     )
     .await
     .unwrap();
+    eventually("every node warm", || async {
+        server_metric(&cluster, "scraper_warming_nodes").await == Some(0.0)
+    })
+    .await;
+    cluster
+}
+
+/// A pod that starts on a node the server already scrapes is served once the kubelet has
+/// sampled its containers twice (its node is asked again for it), not at its node's next
+/// period: here a minute away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
+    use conformance::cluster::{ClusterConfig, Kubectl};
+    let stop = CancellationToken::new();
+    let cluster = warm_cluster(Duration::from_secs(60), &stop).await;
     let node = ClusterConfig::node_name(0);
     let served = |body: &str, name: &str| {
         let list: serde_json::Value = serde_json::from_str(body).unwrap();
@@ -276,23 +299,6 @@ async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
             .iter()
             .any(|i| i["metadata"]["name"] == name)
     };
-    // Once every node is warm, the node's next scrape is its period's, a minute after start.
-    let metric = |text: &str, name: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-    };
-    let server_metric = |name: &'static str| {
-        let cluster = &cluster;
-        async move {
-            let (status, text) = cluster.server_get("/metrics", true).await.unwrap();
-            assert_eq!(status, StatusCode::OK);
-            metric(&text, name)
-        }
-    };
-    eventually("every node warm", || async {
-        server_metric("scraper_warming_nodes").await == Some(0.0)
-    })
-    .await;
     let started = Instant::now();
     let requests_before = cluster.kubelet_requests(&node);
     let pod = cluster.start_pod(&node).unwrap();
@@ -330,8 +336,138 @@ async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
         (1..=6).contains(&extra),
         "{extra} requests for one pod start"
     );
-    let counted = server_metric("scraper_pod_start_scrapes_total").await;
+    let counted = server_metric(
+        &cluster,
+        "scraper_follow_up_scrapes_total{reason=\"pod_start\"}",
+    )
+    .await;
     assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
+    cluster.stop().await.unwrap();
+    stop.cancel();
+}
+
+/// A container that restarts right before its node's scrape: that scrape finds only the new
+/// container's first sample, which has no rate, so the pod is not served (metrics-server
+/// hides it until the node's next scrape, a period later). The node is asked again when its
+/// kubelet should have sampled the container again, and the pod is back well before the
+/// next period (here 30 s away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_container_is_served_again_before_its_nodes_next_period() {
+    use conformance::cluster::ClusterConfig;
+    let stop = CancellationToken::new();
+    let cluster = warm_cluster(Duration::from_secs(30), &stop).await;
+    let node = ClusterConfig::node_name(0);
+    let model = cluster.node_model(&node).unwrap();
+    let pod = model.pods.last().unwrap();
+    let path = format!(
+        "/apis/metrics.k8s.io/v1/namespaces/{}/pods/{}",
+        pod.namespace, pod.name
+    );
+    let (status, body) = cluster.server_get(&path, true).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "served before the restart: {body}");
+    let restarted = cluster
+        .restart_container_before_next_scrape(
+            &node,
+            &pod.namespace,
+            &pod.name,
+            &pod.containers[0].name,
+        )
+        .unwrap();
+    // The node's next scrape is its period's, at most 30 s away.
+    let restart_ms = tokio::time::timeout(Duration::from_secs(45), restarted)
+        .await
+        .expect("the node scraped within 45 s")
+        .unwrap();
+    let restart = Instant::now();
+    let requests_before = cluster.kubelet_requests(&node);
+    // Hidden once that scrape is stored, then served again.
+    let mut hidden = false;
+    let deadline = restart + Duration::from_secs(20);
+    loop {
+        let (status, body) = cluster.server_get(&path, true).await.unwrap();
+        match status {
+            StatusCode::NOT_FOUND => hidden = true,
+            StatusCode::OK if hidden => {
+                let usage: serde_json::Value = serde_json::from_str(&body).unwrap();
+                // RFC 3339 in whole seconds, UTC: ordered as strings.
+                let at = usage["timestamp"].as_str().unwrap();
+                let restarted_at = conformance::objects::build::rfc3339(restart_ms / 1000);
+                assert!(
+                    *at >= *restarted_at,
+                    "a sample of the new container (restarted at {restarted_at}): {body}"
+                );
+                break;
+            }
+            StatusCode::OK => {}
+            other => panic!("{other}: {body}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} not served again 20 s after its container restarted (hidden: {hidden}; the \
+             node's next period is ~30 s away)",
+            pod.name
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let extra = cluster.kubelet_requests(&node) - requests_before;
+    assert!((1..=4).contains(&extra), "{extra} requests for one restart");
+    let counted = server_metric(
+        &cluster,
+        "scraper_follow_up_scrapes_total{reason=\"container_start\"}",
+    )
+    .await;
+    assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
+    cluster.stop().await.unwrap();
+    stop.cancel();
+}
+
+/// Series that never get a second sample (a kubelet whose stats do not refresh) are no
+/// reason to ask again: once the warm-up gives up, each node costs one request a period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_that_never_pair_cost_no_follow_ups() {
+    use conformance::cluster::{Cluster, ClusterConfig};
+    let stop = CancellationToken::new();
+    let resolution = Duration::from_secs(10);
+    let cluster = Cluster::start(
+        ClusterConfig {
+            nodes: 2,
+            pods_per_node: 3,
+            resolution,
+            housekeeping: Duration::from_secs(3600),
+            container_restarts: false,
+            e2e_workloads: false,
+            node_labels: Vec::new(),
+            node_selector: String::new(),
+            ..ClusterConfig::default()
+        },
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    // The warm-up gives up a period and a housekeeping interval after the start.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while server_metric(&cluster, "scraper_warming_nodes").await != Some(0.0) {
+        assert!(
+            Instant::now() < deadline,
+            "warm-up still running after 40 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let node = ClusterConfig::node_name(0);
+    let before = cluster.kubelet_requests(&node);
+    let periods = 3;
+    tokio::time::sleep(resolution * periods).await;
+    let requests = cluster.kubelet_requests(&node) - before;
+    assert!(
+        (u64::from(periods - 1)..=u64::from(periods + 1)).contains(&requests),
+        "{requests} requests in {periods} periods"
+    );
+    let counted = server_metric(
+        &cluster,
+        "scraper_follow_up_scrapes_total{reason=\"container_start\"}",
+    )
+    .await;
+    assert_eq!(counted, Some(0.0));
     cluster.stop().await.unwrap();
     stop.cancel();
 }

@@ -15,6 +15,7 @@ fn container(restart: Option<u64>) -> SimContainer {
         memory_max_bytes: 200 << 20,
         memory_period: Duration::from_secs(60),
         restart_every: restart.map(Duration::from_secs),
+        restarted_ms: Vec::new(),
         swap_bytes: 0,
     }
 }
@@ -340,7 +341,7 @@ fn usage_nano_cores_is_the_rate_since_the_previous_refresh() {
 }
 
 #[test]
-fn the_node_counter_never_decreases_and_a_restart_shows_at_the_next_refresh() {
+fn the_node_counter_never_decreases_and_a_restart_is_sampled_at_its_discovery() {
     let mut n = SimNode {
         housekeeping: Duration::from_millis(H as u64),
         ..node(Some(60))
@@ -372,29 +373,46 @@ fn the_node_counter_never_decreases_and_a_restart_shows_at_the_next_refresh() {
         "created, then restarted at 60, 120 and 180 s"
     );
 
-    // Restarted at 1060 s: still the old incarnation until the container's next refresh.
-    let phase = n.stats_at(1_050_000).pods[0].containers[0]
-        .timestamp_ms
-        .rem_euclid(H);
+    // Restarted at 1060 s: absent until cAdvisor discovers the new container, sampled then
+    // (with no rate: its first sample), then on the container's timer.
     let restart = 1_060_000;
-    let next = restart + (phase - restart).rem_euclid(H);
-    assert!(
-        next > restart,
-        "the refresh coincides with the restart: pick another one"
-    );
-    let old = n.stats_at(next - 1);
+    let discovered = restart + DISCOVERY_MS;
+    let old = n.stats_at(restart - 1);
     assert_eq!(old.pods[0].containers[0].start_time_s, 1000.0);
-    assert!(old.pods[0].containers[0].timestamp_ms < restart);
-    let new = n.stats_at(next);
+    assert!(n.stats_at(discovered - 1).pods[0].containers.is_empty());
+    let new = n.stats_at(discovered);
     let c = &new.pods[0].containers[0];
-    assert_eq!((c.start_time_s, c.timestamp_ms), (1060.0, next));
+    assert_eq!((c.start_time_s, c.timestamp_ms), (1060.0, discovered));
     assert!(c.cpu_seconds_total < old.pods[0].containers[0].cpu_seconds_total);
+    assert_eq!(c.cpu_nanocores, None);
+    let phase = old.pods[0].containers[0].timestamp_ms.rem_euclid(H);
+    let next = discovered + 1 + (phase - discovered - 1).rem_euclid(H);
+    let held = n.stats_at(next - 1);
+    assert_eq!(held.pods[0].containers[0].timestamp_ms, discovered);
+    let refreshed = n.stats_at(next);
+    let c = &refreshed.pods[0].containers[0];
+    assert_eq!((c.start_time_s, c.timestamp_ms), (1060.0, next));
     // The rate covers only the new incarnation's part of the window.
     let want = c.cpu_seconds_total * 1e9 / ((next - restart) as f64 / 1000.0);
     assert!(
         (c.cpu_nanocores.unwrap() as f64 - want).abs() <= 2.0,
         "{c:?}"
     );
+}
+
+#[test]
+fn an_explicit_restart_moves_the_start_time_once() {
+    let mut c = container(None);
+    c.restart_at(1_030_000);
+    assert_eq!(c.started_ms(1_029_999), Some(1_000_000));
+    assert_eq!(c.started_ms(1_030_000), Some(1_030_000));
+    assert_eq!(c.started_ms(2_000_000), Some(1_030_000));
+    // The counter starts again from zero.
+    assert!(c.cpu_seconds(1_030_000).abs() < 1e-9);
+    assert!((c.cpu_seconds(1_034_000) - 1.0).abs() < 1e-9);
+    // A restart never goes back before the previous one.
+    c.restart_at(1_010_000);
+    assert_eq!(c.started_ms(2_000_000), Some(1_030_000));
 }
 
 #[test]
