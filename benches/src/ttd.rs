@@ -299,6 +299,24 @@ async fn follow_up_scrapes(client: &mut Client) -> Option<u64> {
     }
 }
 
+/// Waits until no node warms up (a server without the gauge, an older build, gets 25 s: two
+/// housekeeping intervals), so that every node's next scrape is its period's.
+async fn wait_warm(client: &mut Client, limit: Duration) -> anyhow::Result<()> {
+    let warm_by = Instant::now() + limit;
+    loop {
+        match server_metric(client, "scraper_warming_nodes").await {
+            Some(0) => return Ok(()),
+            Some(_) if Instant::now() < warm_by => {}
+            Some(_) => bail!("nodes still warming up after {limit:?}"),
+            None => {
+                tokio::time::sleep(Duration::from_secs(25)).await;
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Starts `count` pods, named after `tag`, on as many nodes, 0.5 s apart, and waits until
 /// each is served (at most `limit` after its start).
 async fn pod_starts(
@@ -311,21 +329,8 @@ async fn pod_starts(
 ) -> anyhow::Result<PodStarts> {
     const NAMESPACE: &str = "ttd-starts";
     let nodes = cluster.fleet.len();
-    // Pods that start on a node still warming up are served by its warm-up: wait it out
-    // (a server without the gauge, an older build, gets 25 s: two housekeeping intervals).
-    let warm_by = Instant::now() + limit;
-    loop {
-        match server_metric(client, "scraper_warming_nodes").await {
-            Some(0) => break,
-            Some(_) if Instant::now() < warm_by => {}
-            Some(_) => bail!("nodes still warming up after {limit:?}"),
-            None => {
-                tokio::time::sleep(Duration::from_secs(25)).await;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Pods that start on a node still warming up are served by its warm-up.
+    wait_warm(client, limit).await?;
     let scrapes_before = follow_up_scrapes(client).await;
     let containers = containers.max(1);
     let specs: Vec<ContainerSpec> = (0..containers)
@@ -422,6 +427,8 @@ async fn restarts(
         hidden: f64,
         served: Option<f64>,
     }
+    // A container that restarts on a node still warming up is served by its warm-up.
+    wait_warm(client, limit).await?;
     let scrapes_before = follow_up_scrapes(client).await;
     let nodes = cluster.fleet.len();
     let step = resolution / u32::try_from(count.max(1)).unwrap_or(u32::MAX);
