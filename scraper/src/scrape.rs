@@ -449,10 +449,11 @@ struct FollowUp {
     settle: Duration,
     /// Follow-up scrapes finished.
     attempts: u32,
-    /// The scheduled one (its heap sequence number); `None` while it runs.
-    seq: Option<u64>,
-    /// The running one.
+    /// The scheduled one (its heap sequence number, and when); `None` while it runs.
+    seq: Option<(u64, Instant)>,
+    /// The running one, and when it started.
     task: Option<AbortHandle>,
+    started: Option<Instant>,
 }
 
 /// A node's scheduled scrape: its heap sequence number, when, and the period it belongs to.
@@ -721,7 +722,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             } else if tracked
                 .follow_up
                 .as_ref()
-                .is_some_and(|f| f.seq == Some(seq))
+                .is_some_and(|f| f.seq.is_some_and(|(s, _)| s == seq))
             {
                 self.start_follow_up(name, at, now);
             }
@@ -739,7 +740,8 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         };
         if tracked.task.as_ref().is_some_and(|t| !t.is_finished()) {
             let retry = now + warmup::QUICK_RETRY;
-            follow_up.seq = Some(push_due(&mut self.seq, &mut self.due, retry, name));
+            let seq = push_due(&mut self.seq, &mut self.due, retry, name);
+            follow_up.seq = Some((seq, retry));
             return;
         }
         follow_up.seq = None;
@@ -761,6 +763,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         );
         if let Some(follow_up) = tracked.follow_up.as_mut() {
             follow_up.task = Some(task);
+            follow_up.started = Some(now);
         }
     }
 
@@ -855,6 +858,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
                 attempts: 0,
                 seq: None,
                 task: None,
+                started: None,
             });
             follow_up.reason = FollowUpReason::PodStart;
             follow_up.since = now;
@@ -862,10 +866,14 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             follow_up.attempts = 0;
             // A task that ended without reporting (it panicked) no longer counts as running.
             let running = follow_up.task.as_ref().is_some_and(|t| !t.is_finished());
-            if follow_up.seq.is_none() && !running {
+            // One already due sooner stays (so starts in a row do not put it off); a later
+            // one, waiting for earlier containers' next samples, comes forward.
+            let at = now + warmup::QUICK_RETRY;
+            let sooner = follow_up.seq.is_some_and(|(_, due)| due <= at);
+            if !running && !sooner {
                 tracing::trace!(node = %name, "pod started: asking the node again");
-                let at = now + warmup::QUICK_RETRY;
-                follow_up.seq = Some(push_due(&mut self.seq, &mut self.due, at, name));
+                let seq = push_due(&mut self.seq, &mut self.due, at, name);
+                follow_up.seq = Some((seq, at));
             }
         }
     }
@@ -903,8 +911,9 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             since: now,
             settle: Duration::ZERO,
             attempts: 1,
-            seq: Some(push_due(&mut self.seq, &mut self.due, at, name)),
+            seq: Some((push_due(&mut self.seq, &mut self.due, at, name), at)),
             task: None,
+            started: None,
         });
     }
 
@@ -918,6 +927,15 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             return;
         };
         follow_up.task = None;
+        let started = follow_up.started.take();
+        if follow_up.seq.is_none() && started.is_some_and(|started| started < follow_up.since) {
+            // A pod started while this scrape ran, which may have come before its containers:
+            // asked again as a pod start asks.
+            let at = (follow_up.since + warmup::QUICK_RETRY).max(now);
+            let seq = push_due(&mut self.seq, &mut self.due, at, outcome.node.clone());
+            follow_up.seq = Some((seq, at));
+            return;
+        }
         follow_up.attempts += 1;
         let next = outcome.fetched.as_ref().and_then(|fetched| {
             let ingested = &fetched.ingested;
@@ -939,7 +957,8 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         match next {
             Some(at) => {
                 let name = outcome.node.clone();
-                follow_up.seq = Some(push_due(&mut self.seq, &mut self.due, at, name));
+                let seq = push_due(&mut self.seq, &mut self.due, at, name);
+                follow_up.seq = Some((seq, at));
             }
             None => tracked.follow_up = None,
         }

@@ -199,6 +199,16 @@ pub fn scrape_counters(text: &str) -> (u64, u64) {
     (value("true"), value("false"))
 }
 
+/// The server's follow-up scrapes (outside the periods, after pod and container starts) so
+/// far, every reason together; 0 for a build without them.
+pub fn follow_up_scrapes(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("scraper_follow_up_scrapes_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
 /// Polls `GET /apis/metrics.k8s.io/v1/nodes` every `poll` until it lists `n` nodes with usage;
 /// fails when the server exits or `timeout` passes (saying what the last poll saw).
 pub async fn wait_for_every_node(
@@ -374,6 +384,8 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let rss_end = server_proc.rss_bytes()?;
     let metrics_after = client.text("/metrics").await?;
     let (ok_after, failed_after) = scrape_counters(&metrics_after.1);
+    let follow_ups =
+        follow_up_scrapes(&metrics_after.1).saturating_sub(follow_up_scrapes(&metrics_before.1));
     let periods_after = periods_completed(&metrics_after.1, options.resolution);
     let periods = periods_after.0.saturating_sub(periods_before.0);
     let periods_in_time = periods_after.1.saturating_sub(periods_before.1);
@@ -404,7 +416,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         server_millicores / n as f64
     );
     println!(
-        "    scrapes: {scrapes_ok} ok, {scrapes_failed} failed (server counters); kubelets served {served} ({body_bytes_per_scrape:.0} body bytes each as sent); expected {expected:.0} ({:.2}% of expected succeeded)",
+        "    scrapes: {scrapes_ok} ok, {scrapes_failed} failed (server counters; {follow_ups} of them follow-ups); kubelets served {served} ({body_bytes_per_scrape:.0} body bytes each as sent); expected {expected:.0} ({:.2}% of expected succeeded)",
         100.0 * scrapes_ok as f64 / expected
     );
     println!(
@@ -624,7 +636,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         "server_kib_per_node": rss_end as f64 / 1024.0 / n as f64,
         "server_cpu_s": server_cpu, "server_millicores": server_millicores,
         "server_millicores_per_node": server_millicores / n as f64,
-        "scrapes": {"ok": scrapes_ok, "failed": scrapes_failed, "served": served, "expected": expected, "body_bytes_each": body_bytes_per_scrape},
+        "scrapes": {"ok": scrapes_ok, "failed": scrapes_failed, "follow_ups": follow_ups, "served": served, "expected": expected, "body_bytes_each": body_bytes_per_scrape},
         "harness_millicores": harness_millicores, "machine_busy_share": machine_busy,
         "periods": {"completed": periods, "within_resolution": periods_in_time, "due": periods_expected},
         "lists": lists,
