@@ -282,6 +282,19 @@ async fn warm_cluster(
     cluster
 }
 
+/// Checks that the server counted follow-up scrapes for `reason`, then stops the cluster.
+async fn stop_after_follow_ups(
+    cluster: conformance::cluster::Cluster,
+    stop: CancellationToken,
+    reason: &str,
+) {
+    let name = format!("scraper_follow_up_scrapes_total{{reason=\"{reason}\"}}");
+    let counted = server_metric(&cluster, &name).await;
+    assert!(counted.is_some_and(|n| n >= 1.0), "{name}: {counted:?}");
+    cluster.stop().await.unwrap();
+    stop.cancel();
+}
+
 /// A pod that starts on a node the server already scrapes is served once the kubelet has
 /// sampled its containers twice (its node is asked again for it), not at its node's next
 /// period: here a minute away.
@@ -336,14 +349,7 @@ async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
         (1..=6).contains(&extra),
         "{extra} requests for one pod start"
     );
-    let counted = server_metric(
-        &cluster,
-        "scraper_follow_up_scrapes_total{reason=\"pod_start\"}",
-    )
-    .await;
-    assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
-    cluster.stop().await.unwrap();
-    stop.cancel();
+    stop_after_follow_ups(cluster, stop, "pod_start").await;
 }
 
 /// A container that restarts right before its node's scrape: that scrape finds only the new
@@ -411,14 +417,7 @@ async fn a_restarted_container_is_served_again_before_its_nodes_next_period() {
     }
     let extra = cluster.kubelet_requests(&node) - requests_before;
     assert!((1..=4).contains(&extra), "{extra} requests for one restart");
-    let counted = server_metric(
-        &cluster,
-        "scraper_follow_up_scrapes_total{reason=\"container_start\"}",
-    )
-    .await;
-    assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
-    cluster.stop().await.unwrap();
-    stop.cancel();
+    stop_after_follow_ups(cluster, stop, "container_start").await;
 }
 
 /// Series that never get a second sample (a kubelet whose stats do not refresh) are no
