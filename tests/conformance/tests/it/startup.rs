@@ -470,3 +470,60 @@ async fn series_that_never_pair_cost_no_follow_ups() {
     cluster.stop().await.unwrap();
     stop.cancel();
 }
+
+/// A pod that starts on a node whose follow-up waits for a restarted container's next sample
+/// (up to ~10 s away) brings that follow-up forward: the node is asked 1 s after the start,
+/// for the new containers' first samples, and the pod is served as on any other node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_start_brings_a_waiting_follow_up_forward() {
+    use conformance::cluster::ClusterConfig;
+    let stop = CancellationToken::new();
+    let cluster = warm_cluster(Duration::from_secs(30), &stop).await;
+    let node = ClusterConfig::node_name(0);
+    let model = cluster.node_model(&node).unwrap();
+    let pod = model.pods.last().unwrap();
+    let restarted = cluster
+        .restart_container_before_next_scrape(
+            &node,
+            &pod.namespace,
+            &pod.name,
+            &pod.containers[0].name,
+        )
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(45), restarted)
+        .await
+        .expect("the node scraped within 45 s")
+        .unwrap();
+    // That scrape's follow-up is due when the restarted container's next sample is, ~10 s
+    // after it; a pod starts meanwhile.
+    let requests_before = cluster.kubelet_requests(&node);
+    let started = Instant::now();
+    let new_pod = cluster.start_pod(&node).unwrap();
+    let asked_by = started + Duration::from_secs(5);
+    while cluster.kubelet_requests(&node) == requests_before {
+        assert!(
+            Instant::now() < asked_by,
+            "the node not asked within 5 s of the pod start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let path = format!(
+        "/apis/metrics.k8s.io/v1/namespaces/{}/pods/{}",
+        new_pod.namespace(),
+        new_pod.sim.name
+    );
+    let deadline = started + Duration::from_secs(20);
+    loop {
+        let (status, body) = cluster.server_get(&path, true).await.unwrap();
+        if status == StatusCode::OK {
+            break;
+        }
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(
+            Instant::now() < deadline,
+            "the new pod not served 20 s after it started"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop_after_follow_ups(cluster, stop, "pod_start").await;
+}
