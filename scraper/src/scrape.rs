@@ -33,7 +33,7 @@
 //!
 //! # Layout
 //! - this file: [`Config`], [`Progress`], [`NodeSource`], [`run`] and the schedule.
-//! - [`warmup`]: when a warming node is asked again.
+//! - [`warmup`]: when a node is asked again outside its periods (warm-up, follow-ups).
 //! - [`node`]: one node's scrape: resolve, queue, fetch, parse, store, count, log.
 
 mod node;
