@@ -236,7 +236,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
                 "first_node_s": m.first_node, "all_nodes_s": m.all_nodes,
                 "all_pods_s": m.all_pods, "readyz_s": m.ready, "machine_busy_share": busy,
                 "pod_starts": starts.as_ref().map(|s| json!({
-                    "served_s": s.seconds, "pod_start_scrapes": s.scrapes,
+                    "served_s": s.seconds, "follow_up_scrapes": s.scrapes,
                 })),
                 "restarts": restarted.as_ref().map(|r| json!({
                     "served_again_s": r.served, "hidden_s": r.hidden,
@@ -287,15 +287,10 @@ fn sample(text: &str, name: &str) -> Option<u64> {
 /// pod starts, as `scraper_pod_start_scrapes_total`).
 async fn follow_up_scrapes(client: &mut Client) -> Option<u64> {
     let (_, text) = client.text("/metrics").await.ok()?;
-    let of = |reason| {
-        sample(
-            &text,
-            &format!("scraper_follow_up_scrapes_total{{reason=\"{reason}\"}}"),
-        )
-    };
-    match (of("pod_start"), of("container_start")) {
-        (Some(a), Some(b)) => Some(a + b),
-        _ => sample(&text, "scraper_pod_start_scrapes_total"),
+    if text.contains("scraper_follow_up_scrapes_total{") {
+        Some(crate::scale::follow_up_scrapes(&text))
+    } else {
+        sample(&text, "scraper_pod_start_scrapes_total")
     }
 }
 

@@ -56,7 +56,7 @@ use crate::kubelet::client::{Client, Resolver};
 use crate::metrics::{FollowUpReason, Metrics};
 use crate::point::NodeName;
 use crate::selector::LabelSelector;
-use crate::store::Store;
+use crate::store::{Ingested, Store};
 
 pub use node::Error;
 pub use warmup::FIRST_ROUND_SPREAD;
@@ -445,15 +445,43 @@ struct FollowUp {
     reason: FollowUpReason,
     /// When the last start on the node was seen.
     since: Instant,
-    /// How long after `since` the follow-ups go on even when nothing waits.
-    settle: Duration,
     /// Follow-up scrapes finished.
     attempts: u32,
     /// The scheduled one (its heap sequence number, and when); `None` while it runs.
     seq: Option<(u64, Instant)>,
     /// The running one, and when it started.
-    task: Option<AbortHandle>,
-    started: Option<Instant>,
+    task: Option<(AbortHandle, Instant)>,
+}
+
+impl FollowUp {
+    /// How long after `since` the follow-ups go on even when nothing waits: after a pod
+    /// start, until its containers have surely been sampled ([`warmup::FOLLOW_UP_SETTLE`]);
+    /// after a scrape that saw the waiting series, not at all.
+    fn settle(&self) -> Duration {
+        match self.reason {
+            FollowUpReason::PodStart => warmup::FOLLOW_UP_SETTLE,
+            FollowUpReason::ContainerStart => Duration::ZERO,
+        }
+    }
+
+    /// When to ask the node again after a scrape found `ingested` at `now`; `None`: done
+    /// ([`warmup::follow_up_next`]).
+    fn next(&self, ingested: &Ingested, clock: &Clock, now: Instant) -> Option<Instant> {
+        let refresh = warmup::expected_refresh_ns(ingested.waiting_newest_ns);
+        warmup::follow_up_next(
+            self.since,
+            self.settle(),
+            self.attempts,
+            ingested.pending,
+            clock.instant(refresh),
+            now,
+        )
+    }
+
+    /// Its scrape is running (one that ended without reporting, a panic, does not count).
+    fn running(&self) -> bool {
+        self.task.as_ref().is_some_and(|(t, _)| !t.is_finished())
+    }
 }
 
 /// A node's scheduled scrape: its heap sequence number, when, and the period it belongs to.
@@ -762,8 +790,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             None,
         );
         if let Some(follow_up) = tracked.follow_up.as_mut() {
-            follow_up.task = Some(task);
-            follow_up.started = Some(now);
+            follow_up.task = Some((task, now));
         }
     }
 
@@ -789,7 +816,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             tracked.pending = fetched.ingested.pending;
         }
         let follow_up = tracked.follow_up.as_ref().and_then(|f| f.task.as_ref());
-        if follow_up.is_some_and(|running| running.id() == task) {
+        if follow_up.is_some_and(|(running, _)| running.id() == task) {
             self.follow_up_finished(&outcome, now);
             return;
         }
@@ -854,18 +881,14 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             let follow_up = tracked.follow_up.get_or_insert(FollowUp {
                 reason: FollowUpReason::PodStart,
                 since: now,
-                settle: warmup::FOLLOW_UP_SETTLE,
                 attempts: 0,
                 seq: None,
                 task: None,
-                started: None,
             });
             follow_up.reason = FollowUpReason::PodStart;
             follow_up.since = now;
-            follow_up.settle = warmup::FOLLOW_UP_SETTLE;
             follow_up.attempts = 0;
-            // A task that ended without reporting (it panicked) no longer counts as running.
-            let running = follow_up.task.as_ref().is_some_and(|t| !t.is_finished());
+            let running = follow_up.running();
             // One already due sooner stays (so starts in a row do not put it off); a later
             // one, waiting for earlier containers' next samples, comes forward.
             let at = now + warmup::QUICK_RETRY;
@@ -892,29 +915,22 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         if tracked.follow_up.is_some() {
             return;
         }
-        let refresh = warmup::expected_refresh_ns(fetched.ingested.waiting_newest_ns);
-        let Some(at) = warmup::follow_up_next(
-            now,
-            Duration::ZERO,
-            1,
-            fetched.ingested.pending,
-            self.shared.clock.instant(refresh),
-            now,
-        ) else {
+        let mut follow_up = FollowUp {
+            reason: FollowUpReason::ContainerStart,
+            since: now,
+            // This scrape was the first.
+            attempts: 1,
+            seq: None,
+            task: None,
+        };
+        let Some(at) = follow_up.next(&fetched.ingested, &self.shared.clock, now) else {
             return;
         };
         tracing::trace!(node = %outcome.node, pending = fetched.ingested.pending,
             "series started since the last scrape: asking the node again");
-        let name = outcome.node.clone();
-        tracked.follow_up = Some(FollowUp {
-            reason: FollowUpReason::ContainerStart,
-            since: now,
-            settle: Duration::ZERO,
-            attempts: 1,
-            seq: Some((push_due(&mut self.seq, &mut self.due, at, name), at)),
-            task: None,
-            started: None,
-        });
+        let seq = push_due(&mut self.seq, &mut self.due, at, outcome.node.clone());
+        follow_up.seq = Some((seq, at));
+        tracked.follow_up = Some(follow_up);
     }
 
     /// A follow-up scrape finished: the node is asked again while series wait for a sample
@@ -926,8 +942,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         let Some(follow_up) = tracked.follow_up.as_mut() else {
             return;
         };
-        follow_up.task = None;
-        let started = follow_up.started.take();
+        let started = follow_up.task.take().map(|(_, started)| started);
         if follow_up.seq.is_none() && started.is_some_and(|started| started < follow_up.since) {
             // A pod started while this scrape ran, which may have come before its containers:
             // asked again as a pod start asks.
@@ -937,18 +952,10 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
             return;
         }
         follow_up.attempts += 1;
-        let next = outcome.fetched.as_ref().and_then(|fetched| {
-            let ingested = &fetched.ingested;
-            let refresh = warmup::expected_refresh_ns(ingested.waiting_newest_ns);
-            warmup::follow_up_next(
-                follow_up.since,
-                follow_up.settle,
-                follow_up.attempts,
-                ingested.pending,
-                self.shared.clock.instant(refresh),
-                now,
-            )
-        });
+        let next = outcome
+            .fetched
+            .as_ref()
+            .and_then(|fetched| follow_up.next(&fetched.ingested, &self.shared.clock, now));
         if follow_up.seq.is_some() {
             // A pod started after this task ended and before its outcome came: that start
             // scheduled the next one.
@@ -1033,7 +1040,7 @@ impl<N: NodeSource + ?Sized> Schedule<N> {
         if let Some(task) = tracked.task {
             task.abort();
         }
-        if let Some(task) = tracked.follow_up.and_then(|f| f.task) {
+        if let Some((task, _)) = tracked.follow_up.and_then(|f| f.task) {
             task.abort();
         }
         if let Some(Next {

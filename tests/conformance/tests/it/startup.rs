@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use conformance::controlplane::{self, Body, ControlPlane, CoreApi, User};
-use conformance::kubelet::{Content, Options, SimKubelet, SimNode};
+use conformance::kubelet::{Content, DEFAULT_HOUSEKEEPING, Options, SimKubelet, SimNode};
 use conformance::objects::{ContainerSpec, Objects};
 use futures::future::BoxFuture;
 use http::{Request, Response, StatusCode};
@@ -253,10 +253,13 @@ async fn server_metric(cluster: &conformance::cluster::Cluster, name: &str) -> O
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// A two-node cluster at `resolution`, without random container restarts, once the server
-/// has every node warm: a node's next scrape is then its period's.
+/// A two-node cluster at `resolution` whose kubelets refresh every `housekeeping`, without
+/// random container restarts, once the server has no node warming up (each warm, or given
+/// up, a period and a housekeeping interval after the start at most): a node's next scrape
+/// is then its period's.
 async fn warm_cluster(
     resolution: Duration,
+    housekeeping: Duration,
     stop: &CancellationToken,
 ) -> conformance::cluster::Cluster {
     use conformance::cluster::{Cluster, ClusterConfig};
@@ -265,6 +268,7 @@ async fn warm_cluster(
             nodes: 2,
             pods_per_node: 3,
             resolution,
+            housekeeping,
             container_restarts: false,
             e2e_workloads: false,
             node_labels: Vec::new(),
@@ -275,24 +279,51 @@ async fn warm_cluster(
     )
     .await
     .unwrap();
-    eventually("every node warm", || async {
-        server_metric(&cluster, "scraper_warming_nodes").await == Some(0.0)
-    })
-    .await;
+    let deadline = Instant::now() + resolution + Duration::from_secs(30);
+    while server_metric(&cluster, "scraper_warming_nodes").await != Some(0.0) {
+        assert!(Instant::now() < deadline, "nodes still warming up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     cluster
 }
 
-/// Checks that the server counted follow-up scrapes for `reason`, then stops the cluster.
-async fn stop_after_follow_ups(
+/// The path of a pod's metrics.
+fn pod_metrics_path(namespace: &str, name: &str) -> String {
+    format!("/apis/metrics.k8s.io/v1/namespaces/{namespace}/pods/{name}")
+}
+
+/// Restarts the first container of `pod`, on `node`, right before the node's next scrape
+/// (at 30 s resolution, within 45 s), and returns the restart time, Unix ms.
+async fn restart_before_next_scrape(
+    cluster: &conformance::cluster::Cluster,
+    node: &str,
+    pod: &conformance::kubelet::SimPod,
+) -> i64 {
+    let restarted = cluster
+        .restart_container_before_next_scrape(
+            node,
+            &pod.namespace,
+            &pod.name,
+            &pod.containers[0].name,
+        )
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(45), restarted)
+        .await
+        .expect("the node scraped within 45 s")
+        .unwrap()
+}
+
+/// The follow-up scrapes the server counted for `reason`; then stops the cluster.
+async fn follow_ups_then_stop(
     cluster: conformance::cluster::Cluster,
     stop: CancellationToken,
     reason: &str,
-) {
+) -> f64 {
     let name = format!("scraper_follow_up_scrapes_total{{reason=\"{reason}\"}}");
     let counted = server_metric(&cluster, &name).await;
-    assert!(counted.is_some_and(|n| n >= 1.0), "{name}: {counted:?}");
     cluster.stop().await.unwrap();
     stop.cancel();
+    counted.unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
 /// A pod that starts on a node the server already scrapes is served once the kubelet has
@@ -302,7 +333,7 @@ async fn stop_after_follow_ups(
 async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
     use conformance::cluster::{ClusterConfig, Kubectl};
     let stop = CancellationToken::new();
-    let cluster = warm_cluster(Duration::from_secs(60), &stop).await;
+    let cluster = warm_cluster(Duration::from_secs(60), DEFAULT_HOUSEKEEPING, &stop).await;
     let node = ClusterConfig::node_name(0);
     let served = |body: &str, name: &str| {
         let list: serde_json::Value = serde_json::from_str(body).unwrap();
@@ -349,7 +380,7 @@ async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
         (1..=6).contains(&extra),
         "{extra} requests for one pod start"
     );
-    stop_after_follow_ups(cluster, stop, "pod_start").await;
+    assert!(follow_ups_then_stop(cluster, stop, "pod_start").await >= 1.0);
 }
 
 /// A container that restarts right before its node's scrape: that scrape finds only the new
@@ -361,29 +392,14 @@ async fn a_pod_that_starts_is_served_before_its_nodes_next_period() {
 async fn a_restarted_container_is_served_again_before_its_nodes_next_period() {
     use conformance::cluster::ClusterConfig;
     let stop = CancellationToken::new();
-    let cluster = warm_cluster(Duration::from_secs(30), &stop).await;
+    let cluster = warm_cluster(Duration::from_secs(30), DEFAULT_HOUSEKEEPING, &stop).await;
     let node = ClusterConfig::node_name(0);
     let model = cluster.node_model(&node).unwrap();
     let pod = model.pods.last().unwrap();
-    let path = format!(
-        "/apis/metrics.k8s.io/v1/namespaces/{}/pods/{}",
-        pod.namespace, pod.name
-    );
+    let path = pod_metrics_path(&pod.namespace, &pod.name);
     let (status, body) = cluster.server_get(&path, true).await.unwrap();
     assert_eq!(status, StatusCode::OK, "served before the restart: {body}");
-    let restarted = cluster
-        .restart_container_before_next_scrape(
-            &node,
-            &pod.namespace,
-            &pod.name,
-            &pod.containers[0].name,
-        )
-        .unwrap();
-    // The node's next scrape is its period's, at most 30 s away.
-    let restart_ms = tokio::time::timeout(Duration::from_secs(45), restarted)
-        .await
-        .expect("the node scraped within 45 s")
-        .unwrap();
+    let restart_ms = restart_before_next_scrape(&cluster, &node, pod).await;
     let restart = Instant::now();
     let requests_before = cluster.kubelet_requests(&node);
     // Hidden once that scrape is stored, then served again.
@@ -417,41 +433,18 @@ async fn a_restarted_container_is_served_again_before_its_nodes_next_period() {
     }
     let extra = cluster.kubelet_requests(&node) - requests_before;
     assert!((1..=4).contains(&extra), "{extra} requests for one restart");
-    stop_after_follow_ups(cluster, stop, "container_start").await;
+    assert!(follow_ups_then_stop(cluster, stop, "container_start").await >= 1.0);
 }
 
 /// Series that never get a second sample (a kubelet whose stats do not refresh) are no
 /// reason to ask again: once the warm-up gives up, each node costs one request a period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn series_that_never_pair_cost_no_follow_ups() {
-    use conformance::cluster::{Cluster, ClusterConfig};
+    use conformance::cluster::ClusterConfig;
     let stop = CancellationToken::new();
     let resolution = Duration::from_secs(10);
-    let cluster = Cluster::start(
-        ClusterConfig {
-            nodes: 2,
-            pods_per_node: 3,
-            resolution,
-            housekeeping: Duration::from_secs(3600),
-            container_restarts: false,
-            e2e_workloads: false,
-            node_labels: Vec::new(),
-            node_selector: String::new(),
-            ..ClusterConfig::default()
-        },
-        stop.clone(),
-    )
-    .await
-    .unwrap();
     // The warm-up gives up a period and a housekeeping interval after the start.
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while server_metric(&cluster, "scraper_warming_nodes").await != Some(0.0) {
-        assert!(
-            Instant::now() < deadline,
-            "warm-up still running after 40 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let cluster = warm_cluster(resolution, Duration::from_secs(3600), &stop).await;
     let node = ClusterConfig::node_name(0);
     let before = cluster.kubelet_requests(&node);
     let periods = 3;
@@ -461,14 +454,10 @@ async fn series_that_never_pair_cost_no_follow_ups() {
         (u64::from(periods - 1)..=u64::from(periods + 1)).contains(&requests),
         "{requests} requests in {periods} periods"
     );
-    let counted = server_metric(
-        &cluster,
-        "scraper_follow_up_scrapes_total{reason=\"container_start\"}",
-    )
-    .await;
-    assert_eq!(counted, Some(0.0));
-    cluster.stop().await.unwrap();
-    stop.cancel();
+    assert_eq!(
+        follow_ups_then_stop(cluster, stop, "container_start").await,
+        0.0
+    );
 }
 
 /// A pod that starts on a node whose follow-up waits for a restarted container's next sample
@@ -478,22 +467,10 @@ async fn series_that_never_pair_cost_no_follow_ups() {
 async fn a_pod_start_brings_a_waiting_follow_up_forward() {
     use conformance::cluster::ClusterConfig;
     let stop = CancellationToken::new();
-    let cluster = warm_cluster(Duration::from_secs(30), &stop).await;
+    let cluster = warm_cluster(Duration::from_secs(30), DEFAULT_HOUSEKEEPING, &stop).await;
     let node = ClusterConfig::node_name(0);
     let model = cluster.node_model(&node).unwrap();
-    let pod = model.pods.last().unwrap();
-    let restarted = cluster
-        .restart_container_before_next_scrape(
-            &node,
-            &pod.namespace,
-            &pod.name,
-            &pod.containers[0].name,
-        )
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(45), restarted)
-        .await
-        .expect("the node scraped within 45 s")
-        .unwrap();
+    restart_before_next_scrape(&cluster, &node, model.pods.last().unwrap()).await;
     // That scrape's follow-up is due when the restarted container's next sample is, ~10 s
     // after it; a pod starts meanwhile.
     let requests_before = cluster.kubelet_requests(&node);
@@ -507,11 +484,7 @@ async fn a_pod_start_brings_a_waiting_follow_up_forward() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let path = format!(
-        "/apis/metrics.k8s.io/v1/namespaces/{}/pods/{}",
-        new_pod.namespace(),
-        new_pod.sim.name
-    );
+    let path = pod_metrics_path(new_pod.namespace(), &new_pod.sim.name);
     let deadline = started + Duration::from_secs(20);
     loop {
         let (status, body) = cluster.server_get(&path, true).await.unwrap();
@@ -525,5 +498,5 @@ async fn a_pod_start_brings_a_waiting_follow_up_forward() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    stop_after_follow_ups(cluster, stop, "pod_start").await;
+    assert!(follow_ups_then_stop(cluster, stop, "pod_start").await >= 1.0);
 }
