@@ -414,7 +414,7 @@ async fn answer(
     deadline: &Deadline,
 ) -> Response<Body> {
     let started = Instant::now();
-    let kind = RequestKind::of(request.method(), request.uri().path());
+    let kind = RequestKind::of(request.method(), request.uri());
     let head = request.method() == Method::HEAD;
     let audit_id = request.headers().get(super::router::AUDIT_ID).cloned();
     match tokio::time::timeout_at(deadline.at(), router.handle(request)).await {

@@ -163,7 +163,7 @@ impl Router {
                 .extensions
                 .insert(crate::audit::Received(unix_now_ns()));
         }
-        let kind = RequestKind::of(&parts.method, parts.uri.path());
+        let kind = RequestKind::of(&parts.method, &parts.uri);
         let accepts = gzip::Accepts::of(&parts.headers);
         let mut guards: Vec<Guard> = Vec::new();
         let mut rejected = None;
@@ -178,6 +178,13 @@ impl Router {
                 }
             }
         }
+        // k8s.io/apiserver counts what its routes answer; of the filters' refusals, only the
+        // 429s (`RecordDroppedRequest`), not a failed authentication or authorization.
+        let counted = kind.filter(|_| {
+            rejected
+                .as_ref()
+                .is_none_or(|r| r.status() == StatusCode::TOO_MANY_REQUESTS)
+        });
         let mut response = match (rejected, self.debug_flags) {
             (Some(response), _) => response,
             (None, Some(set)) if debugflags::serves(parts.uri.path()) => {
@@ -185,8 +192,10 @@ impl Router {
             }
             (None, _) => self.route(&parts),
         };
-        self.requests
-            .observe(kind, response.status().as_u16(), started.elapsed());
+        if let Some(kind) = counted {
+            self.requests
+                .observe(kind, response.status().as_u16(), started.elapsed());
+        }
         common_headers(
             response.headers_mut(),
             parts.headers.get(AUDIT_ID).filter(|id| !id.is_empty()),
@@ -219,16 +228,18 @@ impl Router {
 
     /// The 504 `Timeout` Status of a request that had no answer within `--request-timeout`
     /// (k8s.io/apiserver's timeout filter), counted in `apiserver_request_total` like every
-    /// other answer, with the headers every answer has (`audit_id`: the request's
-    /// `Audit-Id`); for HEAD, its headers without the body.
+    /// other answer of its kind, with the headers every answer has (`audit_id`: the
+    /// request's `Audit-Id`); for HEAD, its headers without the body.
     pub fn timed_out(
         &self,
-        kind: RequestKind,
+        kind: Option<RequestKind>,
         head: bool,
         elapsed: Duration,
         audit_id: Option<&HeaderValue>,
     ) -> Response<Body> {
-        self.requests.observe(kind, 504, elapsed);
+        if let Some(kind) = kind {
+            self.requests.observe(kind, 504, elapsed);
+        }
         let mut response = Status::timeout().into_response();
         common_headers(response.headers_mut(), audit_id.filter(|id| !id.is_empty()));
         if head {
@@ -504,11 +515,20 @@ mod tests {
             status_json["message"],
             "the server could not find the requested resource"
         );
-        // /metrics counts the requests above.
+        // /metrics counts the requests above as k8s.io/apiserver does: the health root, not
+        // its check's sub-path nor a path no route serves.
         let (status, body) = get(&r, "/metrics").await;
         assert_eq!(status, 200);
         assert!(
-            body.contains("apiserver_request_total{verb=\"get\",group=\"\",version=\"\",resource=\"\",code=\"404\"} 1\n"),
+            body.contains(
+                "apiserver_request_total{code=\"200\",component=\"\",dry_run=\"\",group=\"\",\
+                 resource=\"\",scope=\"\",subresource=\"/livez\",verb=\"GET\",version=\"\"} 1\n"
+            ),
+            "{body}"
+        );
+        assert_eq!(
+            body.matches("apiserver_request_total{").count(),
+            1,
             "{body}"
         );
         assert!(body.contains("process_resident_memory_bytes "), "{body}");
@@ -603,6 +623,43 @@ mod tests {
         assert_eq!(get(&r, "/livez").await.0, 200);
         assert_eq!(get(&r, "/metrics").await.0, 403);
         assert_eq!(get(&r, "/nope").await.0, 403);
+    }
+
+    /// Refuses node lists with 403 and pod lists with 429, as authorization and load
+    /// shedding would.
+    struct Refuse;
+    impl Filter for Refuse {
+        fn filter<'a>(&'a self, parts: &'a mut Parts) -> BoxFuture<'a, Verdict> {
+            let status = match parts.uri.path() {
+                "/apis/metrics.k8s.io/v1/nodes" => StatusCode::FORBIDDEN,
+                "/apis/metrics.k8s.io/v1/pods" => StatusCode::TOO_MANY_REQUESTS,
+                _ => return Box::pin(async { Verdict::Pass(None) }),
+            };
+            let mut response = Response::new(crate::body::full(Bytes::new()));
+            *response.status_mut() = status;
+            Box::pin(async move { Verdict::Reject(response) })
+        }
+    }
+
+    #[tokio::test]
+    async fn of_the_filters_refusals_only_429s_are_counted() {
+        let r = router().with_filter(Arc::new(Refuse));
+        assert_eq!(get(&r, "/apis/metrics.k8s.io/v1/nodes").await.0, 403);
+        assert_eq!(get(&r, "/apis/metrics.k8s.io/v1/pods").await.0, 429);
+        let (_, body) = get(&r, "/metrics").await;
+        let counted: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .collect();
+        assert_eq!(
+            counted,
+            [
+                "apiserver_request_total{code=\"429\",component=\"apiserver\",dry_run=\"\",\
+              group=\"metrics.k8s.io\",resource=\"pods\",scope=\"cluster\",subresource=\"\",\
+              verb=\"LIST\",version=\"v1\"} 1"
+            ],
+            "{body}"
+        );
     }
 
     /// Answers everything with `len` bytes of text.

@@ -316,7 +316,7 @@ async fn saturated_server_rejects_fast_and_keeps_probes_and_discovery() {
         "apiserver_flowcontrol_rejected_requests_total{class=\"default\",reason=\"time-out\"} 2",
         "apiserver_flowcontrol_current_executing_requests{class=\"default\"} 3",
         "apiserver_flowcontrol_nominal_limit_seats{class=\"autoscalers\"} 1",
-        "apiserver_request_total{verb=\"list\",group=\"metrics.k8s.io\",version=\"v1\",resource=\"pods\",code=\"429\"} 3",
+        "apiserver_request_total{code=\"429\",component=\"apiserver\",dry_run=\"\",group=\"metrics.k8s.io\",resource=\"pods\",scope=\"cluster\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 3",
     ] {
         assert!(metrics.contains(line), "{line} missing in\n{metrics}");
     }

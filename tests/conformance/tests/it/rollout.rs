@@ -355,7 +355,7 @@ async fn pod_lists_served(c: &Cluster, index: usize) -> u64 {
     body.lines()
         .filter(|l| {
             l.starts_with("apiserver_request_total{")
-                && l.contains("verb=\"list\"")
+                && l.contains("verb=\"LIST\"")
                 && l.contains("group=\"metrics.k8s.io\"")
                 && l.contains("resource=\"pods\"")
                 && l.contains("code=\"200\"")
