@@ -398,9 +398,11 @@ pub async fn run_with(
     )
     .await?;
     reloaders.extend(reloader);
-    let addr = server.local_addr().ok();
+    let addr = server
+        .local_addr()
+        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
     tracing::info!(
-        address = ?addr,
+        address = %addr,
         resolution = %scraper::go::duration_string(settings.resolution()),
         "serving securely"
     );

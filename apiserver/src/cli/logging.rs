@@ -1,10 +1,11 @@
 //! Logging as metrics-server logs (k8s.io/component-base's `logsapi`): `-v` maps klog
 //! verbosity onto levels, text goes to stderr and JSON to stdout, each as one stream, or
-//! errors to stderr and the rest to stdout with `--log-{text,json}-split-stream`; JSON lines
+//! errors to stderr and the rest to stdout with `--log-{text,json}-split-stream`. Text lines
+//! are klog's (`I1207 00:11:10.711444       1 run.rs:402] "msg" key="value"`) and JSON lines
 //! carry klog's fields (`ts`, `caller`, `msg`, `v`, `err`), so that a log pipeline built for
-//! metrics-server reads them.
+//! metrics-server reads either.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -69,7 +70,7 @@ pub fn init(logging: &Logging) {
     // A disabled call site stays disabled without a look at the filter (the interest is
     // cached, and rebuilt on a reload), so the reload layer costs nothing on the hot path.
     let _ = if text {
-        let builder = builder.with_ansi(false).with_filter_reloading();
+        let builder = builder.event_format(KlogText).with_filter_reloading();
         let handle = builder.reload_handle();
         let _ = RELOAD.set(Box::new(move |f| handle.reload(f).is_ok()));
         builder.try_init()
@@ -129,6 +130,72 @@ where
         let now_ns = scraper::clock::unix_now_ns();
         writeln!(writer, "{}", klog_line(event, now_ns))
     }
+}
+
+/// One line per event in klog's text format, as component-base's `text` format writes it:
+/// klog's header (severity `I`, `W` or `E`, the UTC date and time to the microsecond, the
+/// process ID in seven columns, the source file's name and line), then the message and the
+/// event's fields as klog's structured calls write them: strings quoted as Go's `%q`,
+/// numbers and booleans bare, the `error` field as `err`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KlogText;
+
+impl<S, N> FormatEvent<S, N> for KlogText
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let now_ns = scraper::clock::unix_now_ns();
+        writeln!(
+            writer,
+            "{}",
+            klog_text_line(event, now_ns, std::process::id())
+        )
+    }
+}
+
+/// The text line of `event` logged at `now_ns` by process `pid`.
+fn klog_text_line(event: &Event<'_>, now_ns: i64, pid: u32) -> String {
+    let meta = event.metadata();
+    let mut fields = Fields::default();
+    event.record(&mut fields);
+    let severity = match *meta.level() {
+        Level::ERROR => 'E',
+        Level::WARN => 'W',
+        _ => 'I',
+    };
+    let at = crate::api::time::Civil::from_unix_ns(now_ns);
+    let micros = now_ns.rem_euclid(1_000_000_000) / 1_000;
+    // klog writes the file's base name, and `???:1` when it has none.
+    let (file, number) = match (meta.file(), meta.line()) {
+        (Some(file), Some(number)) => (file.rsplit('/').next().unwrap_or(file), number),
+        _ => ("???", 1),
+    };
+    let mut line = String::with_capacity(128);
+    let _ = write!(
+        line,
+        "{severity}{:02}{:02} {:02}:{:02}:{:02}.{micros:06} {pid:>7} {file}:{number}] {}",
+        at.month,
+        at.day,
+        at.hour,
+        at.minute,
+        at.second,
+        scraper::go::quote(&fields.message.unwrap_or_default()),
+    );
+    for (name, value) in fields.rest {
+        let name = if name == "error" { "err" } else { name };
+        let _ = match value {
+            serde_json::Value::String(s) => write!(line, " {name}={}", scraper::go::quote(&s)),
+            other => write!(line, " {name}={other}"),
+        };
+    }
+    line
 }
 
 /// The JSON line of `event` logged at `now_ns`.
@@ -228,6 +295,22 @@ mod tests {
 
     /// Lines written by a subscriber formatting with [`Klog`].
     fn logged(emit: impl FnOnce()) -> Vec<serde_json::Value> {
+        logged_as(Klog, emit)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    /// Lines written by a subscriber formatting with `format`.
+    fn logged_as<F>(format: F, emit: impl FnOnce()) -> Vec<String>
+    where
+        F: FormatEvent<
+                tracing_subscriber::Registry,
+                tracing_subscriber::fmt::format::DefaultFields,
+            > + Send
+            + Sync
+            + 'static,
+    {
         #[derive(Clone, Default)]
         struct Buffer(Arc<Mutex<Vec<u8>>>);
         impl std::io::Write for Buffer {
@@ -244,13 +327,74 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(Level::TRACE)
             .with_writer(move || writer.clone())
-            .event_format(Klog)
+            .event_format(format)
             .finish();
         tracing::subscriber::with_default(subscriber, emit);
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect()
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn text_lines_are_klog_s() {
+        let error = std::io::Error::other("x509: certificate signed by unknown authority");
+        let before = scraper::clock::unix_now_ns();
+        let lines = logged_as(KlogText, || {
+            tracing::info!(
+                node = "node-1",
+                pods = 30_u64,
+                ready = true,
+                "Scrape finished"
+            );
+            tracing::warn!(quote = "a \"b\"\n", "Scraping node");
+            tracing::error!(error = &error as &dyn std::error::Error, node = %"node-2", "Failed to scrape node");
+        });
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        // The header: severity, MMDD, the time to the microsecond, the PID in seven
+        // columns, the file's base name and line.
+        let at = crate::api::time::Civil::from_unix_ns(before);
+        let (header, rest) = lines[0].split_once("] ").unwrap();
+        let fields: Vec<&str> = header.split_whitespace().collect();
+        assert_eq!(fields.len(), 4, "{header}");
+        assert_eq!(
+            fields[0],
+            format!("I{:02}{:02}", at.month, at.day),
+            "{header}"
+        );
+        let clock = fields[1].as_bytes();
+        assert_eq!(clock.len(), "15:04:05.000000".len(), "{header}");
+        assert_eq!(
+            (clock[2], clock[5], clock[8]),
+            (b':', b':', b'.'),
+            "{header}"
+        );
+        assert_eq!(fields[2], std::process::id().to_string());
+        assert_eq!(
+            &header[header.len() - fields[3].len() - 8..header.len() - fields[3].len()],
+            format!("{:>7} ", std::process::id()),
+            "{header}"
+        );
+        assert!(fields[3].starts_with("logging.rs:"), "{header}");
+        assert!(fields[3]["logging.rs:".len()..].parse::<u32>().is_ok());
+        // Then the message and the fields as klog's structured calls write them.
+        assert_eq!(
+            rest,
+            "\"Scrape finished\" node=\"node-1\" pods=30 ready=true"
+        );
+        assert!(lines[1].starts_with('W'), "{}", lines[1]);
+        assert!(
+            lines[1].ends_with("] \"Scraping node\" quote=\"a \\\"b\\\"\\n\""),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].starts_with('E'), "{}", lines[2]);
+        assert!(
+            lines[2].ends_with(
+                "] \"Failed to scrape node\" \
+                 err=\"x509: certificate signed by unknown authority\" node=\"node-2\""
+            ),
+            "{}",
+            lines[2]
+        );
     }
 
     #[test]
