@@ -349,14 +349,16 @@ impl Drop for PeriodGuard {
     }
 }
 
-/// A node's scrape failed (logged on the first failure, then at most every [`LOG_EVERY`]).
+/// A node's scrape failed (logged on the first failure, then at most every [`LOG_EVERY`]),
+/// as metrics-server logs it (`klog.ErrorS(err, "Failed to scrape node", "node", ...)`: an
+/// error, `err` first), with the failure's class and how many repeats went unlogged.
 fn scrape_failed(node: &NodeName, error: &Error, suppressed: u64) {
-    tracing::warn!(
+    tracing::error!(
+        error = %error,
         node = %node,
         reason = error.reason(),
         suppressed,
-        error = %error,
-        "failed to scrape node"
+        "Failed to scrape node"
     );
 }
 

@@ -444,7 +444,7 @@ fn clock_follows_the_tokio_clock() {
     });
 }
 
-/// Counts `failed to scrape node` events; enough of a subscriber for that.
+/// Counts `Failed to scrape node` events; enough of a subscriber for that.
 struct CountFailures(Arc<std::sync::atomic::AtomicU64>);
 
 impl tracing::Subscriber for CountFailures {
@@ -460,7 +460,7 @@ impl tracing::Subscriber for CountFailures {
         struct Message(bool);
         impl tracing::field::Visit for Message {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" && format!("{value:?}") == "failed to scrape node" {
+                if field.name() == "message" && format!("{value:?}") == "Failed to scrape node" {
                     self.0 = true;
                 }
             }
