@@ -149,15 +149,23 @@ fn verb(method: &http::Method, scope: &str, query: Option<&str>) -> &'static str
 /// Whether the query's first `watch` value asks to watch (`getVerbIfWatch`: present and
 /// neither `0` nor `false`, case-insensitively).
 fn watches(query: Option<&str>) -> bool {
-    values_of(query, "watch")
-        .next()
-        .is_some_and(|v| !v.eq_ignore_ascii_case("0") && !v.eq_ignore_ascii_case("false"))
+    // Most requests have no such parameter: no decoding for them.
+    query.is_some_and(|q| q.contains("watch"))
+        && crate::api::query::get(query, "watch")
+            .is_some_and(|v| !v.eq_ignore_ascii_case("0") && !v.eq_ignore_ascii_case("false"))
 }
 
 /// `cleanDryRun`: no `dryRun` parameter is empty; values that are all `All` (the only dry
 /// run there is) are `All`; anything else is `invalid`.
 fn dry_run(query: Option<&str>) -> &'static str {
-    let mut values = values_of(query, "dryRun").peekable();
+    // Most requests have no such parameter: no decoding for them.
+    if !query.is_some_and(|q| q.contains("dryRun")) {
+        return "";
+    }
+    let mut values = crate::api::query::pairs(query)
+        .filter(|(k, _)| k == "dryRun")
+        .map(|(_, v)| v)
+        .peekable();
     if values.peek().is_none() {
         ""
     } else if values.all(|v| v == "All") {
@@ -165,18 +173,6 @@ fn dry_run(query: Option<&str>) -> &'static str {
     } else {
         "invalid"
     }
-}
-
-/// The raw values of every `name=` pair of the query, in order (names and these values are
-/// plain ASCII words, so undecoded is enough; an encoded one counts as another value).
-fn values_of<'q>(query: Option<&'q str>, name: &'q str) -> impl Iterator<Item = &'q str> {
-    query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter_map(move |pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (key == name).then_some(value)
-        })
 }
 
 /// The request metrics: `apiserver_request_total` and `apiserver_request_duration_seconds`.

@@ -32,15 +32,26 @@ impl FromStr for GoDuration {
     /// Parses `[+]?([0-9]*(\.[0-9]*)?[a-z]+)+` as Go's `time.ParseDuration` does; `0` alone is
     /// allowed. Negative durations are refused: no flag here means anything by them.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let invalid = || ParseError(format!("time: invalid duration \"{s}\""));
-        let mut rest = s.strip_prefix('+').unwrap_or(s);
-        if s.starts_with('-') {
-            return Err(ParseError(format!(
+        match GoDuration::parse_signed(s)? {
+            (false, d) => Ok(d),
+            (true, _) => Err(ParseError(format!(
                 "time: negative duration \"{s}\" is not allowed"
-            )));
+            ))),
         }
+    }
+}
+
+impl GoDuration {
+    /// Go's `time.ParseDuration` whole: whether the duration is negative (`-` before it), and
+    /// its magnitude; the errors are Go's.
+    pub fn parse_signed(s: &str) -> Result<(bool, GoDuration), ParseError> {
+        let invalid = || ParseError(format!("time: invalid duration \"{s}\""));
+        let (negative, mut rest) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s.strip_prefix('+').unwrap_or(s)),
+        };
         if rest == "0" {
-            return Ok(GoDuration(Duration::ZERO));
+            return Ok((negative, GoDuration(Duration::ZERO)));
         }
         if rest.is_empty() {
             return Err(invalid());
@@ -100,7 +111,7 @@ impl FromStr for GoDuration {
         }
         let secs = (total_ns / 1_000_000_000) as u64;
         let nanos = (total_ns % 1_000_000_000) as u32;
-        Ok(GoDuration(Duration::new(secs, nanos)))
+        Ok((negative, GoDuration(Duration::new(secs, nanos))))
     }
 }
 

@@ -192,7 +192,12 @@ pub(super) async fn serve(
             if let Some(peer) = &peer {
                 extensions.insert(peer.clone());
             }
-            let deadline = Arc::new(Deadline::new(Instant::now() + request_timeout));
+            let limit = super::router::request_limit(request.uri().query(), request_timeout)
+                .unwrap_or_else(|invalid| {
+                    request.extensions_mut().insert(invalid);
+                    request_timeout
+                });
+            let deadline = Arc::new(Deadline::new(Instant::now() + limit));
             if request.version() == Version::HTTP_2 && (retry_after_only || draws(goaway_chance)) {
                 goaway.notify_one();
             }

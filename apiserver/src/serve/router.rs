@@ -166,8 +166,13 @@ impl Router {
         let kind = RequestKind::of(&parts.method, &parts.uri);
         let accepts = gzip::Accepts::of(&parts.headers);
         let mut guards: Vec<Guard> = Vec::new();
-        let mut rejected = None;
-        for filter in &self.filters {
+        // A `?timeout=` that does not parse is refused before authentication, as
+        // k8s.io/apiserver's `WithRequestDeadline` refuses it.
+        let mut rejected = parts
+            .extensions
+            .remove::<InvalidTimeout>()
+            .map(|invalid| Status::bad_request(invalid.0).into_negotiated(&parts.headers));
+        for filter in self.filters.iter().take_while(|_| rejected.is_none()) {
             match filter.filter(&mut parts).await {
                 Verdict::Pass(guard) => guards.extend(guard),
                 Verdict::Reject(response) => {
@@ -272,6 +277,32 @@ impl Router {
             return response;
         }
         Status::no_route().into_negotiated(&parts.headers)
+    }
+}
+
+/// A request's `?timeout=` that Go's `time.ParseDuration` refuses: the 400's message, in the
+/// request's extensions (see [`request_limit`]).
+#[derive(Clone, Debug)]
+pub struct InvalidTimeout(pub String);
+
+/// How long a request may take (k8s.io/apiserver's `WithRequestDeadline`): `maximum`
+/// (`--request-timeout`), or the client's `?timeout=` when it is shorter and above zero (what
+/// kubectl's `--request-timeout` sends); a zero or negative one, or one past the maximum, is
+/// the maximum. A value that is not a Go duration is an error with upstream's message.
+pub fn request_limit(query: Option<&str>, maximum: Duration) -> Result<Duration, InvalidTimeout> {
+    // Most requests have no such parameter: no decoding for them.
+    if !query.is_some_and(|q| q.contains("timeout")) {
+        return Ok(maximum);
+    }
+    let Some(value) = crate::api::query::get(query, "timeout").filter(|v| !v.is_empty()) else {
+        return Ok(maximum);
+    };
+    match crate::cli::GoDuration::parse_signed(&value) {
+        Ok((false, d)) if !d.0.is_zero() && d.0 < maximum => Ok(d.0),
+        Ok(_) => Ok(maximum),
+        Err(e) => Err(InvalidTimeout(format!(
+            "invalid timeout specified in the request URL - {e}"
+        ))),
     }
 }
 

@@ -677,6 +677,59 @@ async fn a_request_without_an_answer_by_the_request_timeout_gets_a_504_status() 
     }
 }
 
+/// kubectl's `--request-timeout` sends `?timeout=`: a shorter limit than the server's is the
+/// request's own; one that is not a Go duration is a 400, as k8s.io/apiserver answers.
+#[tokio::test]
+async fn a_client_s_timeout_parameter_shortens_the_limit_and_a_bad_one_is_a_400() {
+    let stack = Stack::start(config(|c| c.request_timeout = PATIENCE * 3), 0).await;
+    let (mut sender, _conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
+    let started = Instant::now();
+    let response = sender
+        .send_request(get(
+            &format!("{PODS}?timeout=500ms"),
+            false,
+            &[("x-test-hold", "1")],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(450) && waited < PATIENCE,
+        "{waited:?}"
+    );
+    stack.until("seat released", |s| s.executing() == 0).await;
+
+    for (value, error) in [
+        ("abc", "time: invalid duration \"abc\""),
+        ("5x", "time: unknown unit \"x\" in duration \"5x\""),
+        ("5", "time: missing unit in duration \"5\""),
+    ] {
+        let (mut sender, _conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
+        let response = sender
+            .send_request(get(&format!("{PODS}?timeout={value}"), false, &[]))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{value}");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status["reason"], "BadRequest", "{value}");
+        assert_eq!(
+            status["message"],
+            format!("invalid timeout specified in the request URL - {error}")
+        );
+    }
+    // Zero, negative or past the server's own: the server's limit.
+    for value in ["0", "-1s", "1h"] {
+        let (mut sender, _conn) = h1(connect(stack.addr, b"http/1.1", None).await).await;
+        let response = sender
+            .send_request(get(&format!("{PODS}?timeout={value}"), false, &[]))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{value}");
+    }
+}
+
 #[tokio::test]
 async fn a_slow_http1_reader_is_cut_at_the_request_timeout_and_its_seat_released() {
     let timeout = Duration::from_secs(1);
