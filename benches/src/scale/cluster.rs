@@ -81,10 +81,15 @@ pub fn hpa_path(t: usize) -> String {
 }
 
 /// Node `i`'s workload model: `SimNode::generate` at the shape's housekeeping interval (the
-/// same in the harness and in a kubelet child process).
+/// same in the harness and in a kubelet child process), with swap reported and none in use,
+/// as a kubelet 1.30+ on cgroup v2 reports a node without swap and as the fixture
+/// (`../shared/fixtures/kubelet/metrics-resource-kubelet-v1.36-shape-30pods-generated.txt`)
+/// shows: `container_swap_usage_bytes`, `node_swap_usage_bytes` and `pod_swap_usage_bytes`,
+/// all 0.
 pub fn model(shape: &Shape, i: usize, boot_ms: i64) -> SimNode {
     SimNode {
         housekeeping: shape.housekeeping,
+        system_swap_bytes: Some(0),
         ..SimNode::generate(
             &node_name(i),
             shape.pods_per_node,
@@ -210,5 +215,47 @@ impl Cluster {
             kubeconfig,
             front_proxy,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The metric families of a `/metrics/resource` body, in order.
+    fn families(body: &str) -> Vec<&str> {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect()
+    }
+
+    /// The harness's kubelets answer with the fixture's shape (the one the comparison with
+    /// metrics-server uses): the same families in the same order, swap included, and about
+    /// its size, so that a scrape costs here what it costs there.
+    #[test]
+    fn a_harness_body_has_the_fixture_s_families_and_size() {
+        let fixture = crate::fixture(crate::RESOURCE_V1_36_SHAPE).expect("the fixture");
+        let fixture = String::from_utf8(fixture).expect("utf-8");
+        let shape = Shape {
+            nodes: 1,
+            pods_per_node: 30,
+            containers: 2,
+            housekeeping: std::time::Duration::from_secs(10),
+            kubelet_processes: 0,
+            kubelet_sched: KubeletSched::Normal,
+        };
+        let now_ms = 1_764_590_403_000;
+        let node = model(&shape, 0, now_ms - 3_600_000);
+        let body = conformance::payload::render_resource(&node.stats_at(now_ms));
+        assert_eq!(families(&body), families(&fixture), "{body}");
+        assert!(families(&body).contains(&"container_swap_usage_bytes"));
+        let ratio = body.len() as f64 / fixture.len() as f64;
+        assert!(
+            (0.8..1.2).contains(&ratio),
+            "{} bytes against the fixture's {}",
+            body.len(),
+            fixture.len()
+        );
     }
 }

@@ -371,11 +371,16 @@ impl PodHistory {
                     if earliest.is_none_or(|e| usage.timestamp_ns < e.timestamp_ns) {
                         earliest = Some(usage);
                     }
+                    // A container's swap is served where it is in use: kubelets on cgroup v2
+                    // report 0 for every container of a node without swap, and a `swap: 0` in
+                    // each would grow every list (a tenth of a protobuf one) for clients that
+                    // never ask, while `kubectl top --show-swap` sums a pod's containers the
+                    // same without it. A node's swap is served as reported.
                     Some(ContainerUsage::new(
                         c.name.clone(),
                         usage.cpu_nanocores,
                         usage.memory_bytes,
-                        usage.swap_bytes,
+                        usage.swap_bytes.filter(|&bytes| bytes > 0),
                     ))
                 }
                 Rate::Pending | Rate::Failed => None,

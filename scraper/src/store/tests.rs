@@ -655,6 +655,13 @@ fn swap_is_a_gauge_of_the_newest_sample_and_absent_stays_absent() {
         store.node("node1", T0 + 20 * SECOND).unwrap().swap_bytes,
         None
     );
+    // No swap in use (what cgroup v2 kubelets report for every container of a node without
+    // swap): the node's 0 is served, a container's is left out.
+    store.ingest(&n, &at(T0 + 30 * SECOND, Some(0)), T0 + 30 * SECOND);
+    let now = T0 + 30 * SECOND;
+    assert_eq!(store.node("node1", now).unwrap().swap_bytes, Some(0));
+    let pod = store.pod("ns", "pod1", now).unwrap();
+    assert!(pod.containers.iter().all(|c| c.swap_bytes().is_none()));
 }
 
 #[test]
