@@ -69,17 +69,11 @@ pub fn init(logging: &Logging) {
         .with_writer(writer);
     // A disabled call site stays disabled without a look at the filter (the interest is
     // cached, and rebuilt on a reload), so the reload layer costs nothing on the hot path.
-    let _ = if text {
-        let builder = builder.event_format(KlogText).with_filter_reloading();
-        let handle = builder.reload_handle();
-        let _ = RELOAD.set(Box::new(move |f| handle.reload(f).is_ok()));
-        builder.try_init()
-    } else {
-        let builder = builder.event_format(Klog).with_filter_reloading();
-        let handle = builder.reload_handle();
-        let _ = RELOAD.set(Box::new(move |f| handle.reload(f).is_ok()));
-        builder.try_init()
-    };
+    let format = if text { Klog::Text } else { Klog::Json };
+    let builder = builder.event_format(format).with_filter_reloading();
+    let handle = builder.reload_handle();
+    let _ = RELOAD.set(Box::new(move |f| handle.reload(f).is_ok()));
+    let _ = builder.try_init();
 }
 
 /// The klog verbosity in effect.
@@ -110,11 +104,20 @@ pub fn set_verbosity(value: &str) -> Result<String, String> {
     ))
 }
 
-/// One JSON object per event in component-base's JSON format: `ts` (Unix seconds), `caller`
-/// (directory/file:line, zap's short form), `msg`, then `v` (the klog verbosity the level
-/// stands for; errors have none) and the event's fields, its `error` as `err`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Klog;
+/// component-base's two log formats, as klog writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Klog {
+    /// One line per event in klog's text format: klog's header (severity `I`, `W` or `E`,
+    /// the UTC date and time to the microsecond, the process ID in seven columns, the source
+    /// file's name and line), then the message and the event's fields as klog's structured
+    /// calls write them: strings quoted as Go's `%q`, numbers and booleans bare, the `error`
+    /// field as `err`.
+    Text,
+    /// One JSON object per event: `ts` (Unix seconds), `caller` (directory/file:line, zap's
+    /// short form), `msg`, then `v` (the klog verbosity the level stands for; errors have
+    /// none) and the event's fields, its `error` as `err`.
+    Json,
+}
 
 impl<S, N> FormatEvent<S, N> for Klog
 where
@@ -128,35 +131,11 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let now_ns = scraper::clock::unix_now_ns();
-        writeln!(writer, "{}", klog_line(event, now_ns))
-    }
-}
-
-/// One line per event in klog's text format, as component-base's `text` format writes it:
-/// klog's header (severity `I`, `W` or `E`, the UTC date and time to the microsecond, the
-/// process ID in seven columns, the source file's name and line), then the message and the
-/// event's fields as klog's structured calls write them: strings quoted as Go's `%q`,
-/// numbers and booleans bare, the `error` field as `err`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct KlogText;
-
-impl<S, N> FormatEvent<S, N> for KlogText
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        _ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        let now_ns = scraper::clock::unix_now_ns();
-        writeln!(
-            writer,
-            "{}",
-            klog_text_line(event, now_ns, std::process::id())
-        )
+        let line = match self {
+            Klog::Text => klog_text_line(event, now_ns, std::process::id()),
+            Klog::Json => klog_line(event, now_ns),
+        };
+        writeln!(writer, "{line}")
     }
 }
 
@@ -293,9 +272,9 @@ mod tests {
 
     use super::*;
 
-    /// Lines written by a subscriber formatting with [`Klog`].
+    /// Lines written by a subscriber formatting with [`Klog::Json`].
     fn logged(emit: impl FnOnce()) -> Vec<serde_json::Value> {
-        logged_as(Klog, emit)
+        logged_as(Klog::Json, emit)
             .iter()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect()
@@ -338,7 +317,7 @@ mod tests {
     fn text_lines_are_klog_s() {
         let error = std::io::Error::other("x509: certificate signed by unknown authority");
         let before = scraper::clock::unix_now_ns();
-        let lines = logged_as(KlogText, || {
+        let lines = logged_as(Klog::Text, || {
             tracing::info!(
                 node = "node-1",
                 pods = 30_u64,
