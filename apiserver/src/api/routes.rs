@@ -75,7 +75,8 @@ pub enum Route<'a> {
     OpenApiV3Group(Version),
     /// `/version`
     Version,
-    /// Under a prefix we own (`/apis/`, `/openapi/`) but nothing is there: 404.
+    /// Under a prefix the API owns (`/apis/metrics.k8s.io`, `/openapi/v3/`) but nothing is
+    /// there: a 404 `Status`.
     NotFound,
 }
 
@@ -98,20 +99,27 @@ pub fn route(path: &str) -> Option<Route<'_>> {
     let rest = trimmed.strip_prefix('/')?;
     let mut segments = rest.split('/');
     match segments.next()? {
-        "apis" => Some(apis(segments)),
-        "openapi" => Some(openapi(segments)),
+        "apis" => apis(segments),
+        "openapi" => openapi(segments),
         "version" if segments.next().is_none() => Some(Route::Version),
         _ => None,
     }
 }
 
-fn apis<'a>(mut s: impl Iterator<Item = &'a str>) -> Route<'a> {
+/// Under `/apis`: the generic apiserver's go-restful container serves `/apis` itself and
+/// everything under the group (a 404 there is a `Status`); another group's path is the
+/// plain mux's, not the API's.
+fn apis<'a>(mut s: impl Iterator<Item = &'a str>) -> Option<Route<'a>> {
     let Some(group) = s.next() else {
-        return Route::Apis;
+        return Some(Route::Apis);
     };
     if group != "metrics.k8s.io" {
-        return Route::NotFound;
+        return None;
     }
+    Some(group_route(s))
+}
+
+fn group_route<'a>(mut s: impl Iterator<Item = &'a str>) -> Route<'a> {
     let Some(version) = s.next() else {
         return Route::Group;
     };
@@ -144,17 +152,20 @@ fn apis<'a>(mut s: impl Iterator<Item = &'a str>) -> Route<'a> {
     Route::Resource(version, resource)
 }
 
-fn openapi<'a>(mut s: impl Iterator<Item = &'a str>) -> Route<'a> {
+/// Under `/openapi`: `/openapi/v2` and `/openapi/v3` are the documents, and kube-openapi's
+/// v3 handler owns everything under `/openapi/v3/`; anything else is the plain mux's.
+fn openapi<'a>(mut s: impl Iterator<Item = &'a str>) -> Option<Route<'a>> {
     let rest: Vec<&str> = s.by_ref().collect();
-    match rest.as_slice() {
+    Some(match rest.as_slice() {
         ["v2"] => Route::OpenApiV2,
         ["v3"] => Route::OpenApiV3,
         ["v3", "apis", "metrics.k8s.io", v] => match Version::parse(v) {
             Some(v) => Route::OpenApiV3Group(v),
             None => Route::NotFound,
         },
-        _ => Route::NotFound,
-    }
+        ["v3", ..] => Route::NotFound,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -217,14 +228,16 @@ mod tests {
         assert_eq!(route("/apis/"), Some(Route::Apis));
         assert_eq!(route("/apis/metrics.k8s.io/"), Some(Route::Group));
         assert_eq!(route("/apis/metrics.k8s.io/v2"), Some(Route::NotFound));
-        assert_eq!(route("/apis/apps/v1"), Some(Route::NotFound));
+        // Another group's path is not the API's (the plain mux's 404).
+        assert_eq!(route("/apis/apps/v1"), None);
         assert_eq!(route("/openapi/v2"), Some(Route::OpenApiV2));
         assert_eq!(route("/openapi/v3"), Some(Route::OpenApiV3));
         assert_eq!(
             route("/openapi/v3/apis/metrics.k8s.io/v1beta1"),
             Some(Route::OpenApiV3Group(Version::V1beta1))
         );
-        assert_eq!(route("/openapi/v4"), Some(Route::NotFound));
+        assert_eq!(route("/openapi/v3/apis/apps/v1"), Some(Route::NotFound));
+        assert_eq!(route("/openapi/v4"), None);
         assert_eq!(route("/version"), Some(Route::Version));
         assert_eq!(route("/version/"), Some(Route::Version));
         for none in [

@@ -479,8 +479,7 @@ fn not_found_bodies() {
         "/apis/metrics.k8s.io/v2/nodes",
         "/apis/metrics.k8s.io/v1/services",
         "/apis/metrics.k8s.io/v1/nodes/a/b",
-        "/apis/other.k8s.io/v1",
-        "/openapi/v9",
+        "/openapi/v3/apis/metrics.k8s.io/v9",
     ] {
         let r = get(&h, path);
         assert_eq!(r.status, 404, "{path}");

@@ -276,7 +276,7 @@ impl Router {
         if let Some(response) = self.api.handle(parts, now_ns) {
             return response;
         }
-        Status::no_route().into_negotiated(&parts.headers)
+        not_found()
     }
 }
 
@@ -351,6 +351,26 @@ fn index() -> Response<Body> {
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A path no route serves: the generic apiserver's plain mux answers with Go's
+/// `http.NotFound` (metrics-server's delegation chain ends in none of its own), not a
+/// `Status`; the API's own paths answer their 404s as `Status` objects.
+fn not_found() -> Response<Body> {
+    let mut response = Response::new(crate::body::full(Bytes::from_static(
+        b"404 page not found\n",
+    )));
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
     );
     response
 }
@@ -537,7 +557,21 @@ mod tests {
         let r = router();
         assert_eq!(get(&r, "/livez").await, (200, "ok".to_owned()));
         assert_eq!(get(&r, "/healthz/ping").await, (200, "ok".to_owned()));
-        let (status, body) = get(&r, "/nope").await;
+        // A path no route serves: Go's plain 404, as metrics-server's mux answers it; under
+        // the API group, a Status.
+        for path in [
+            "/nope",
+            "/healthz/nope",
+            "/apis/other.example.com/v1",
+            "/openapi/v9",
+        ] {
+            assert_eq!(
+                get(&r, path).await,
+                (404, "404 page not found\n".to_owned()),
+                "{path}"
+            );
+        }
+        let (status, body) = get(&r, "/apis/metrics.k8s.io/v1beta1/nope").await;
         assert_eq!(status, 404);
         let status_json: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(status_json["kind"], "Status");

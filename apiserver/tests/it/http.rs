@@ -59,8 +59,28 @@ async fn disable_http2_serving_leaves_only_http1() {
 }
 
 #[tokio::test]
-async fn unknown_paths_get_a_404_status() {
+async fn unknown_paths_get_a_404_as_metrics_server_answers_them() {
     let server = start(|_| {}).await;
+    // Under the API group, go-restful's 404: a Status.
+    let reply = Client::insecure()
+        .get(server.addr, "/apis/metrics.k8s.io/v1beta1/things")
+        .await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        reply.headers[http::header::CONTENT_TYPE],
+        "application/json"
+    );
+    let status: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["apiVersion"], "v1");
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["reason"], "NotFound");
+    assert_eq!(status["code"], 404);
+    assert_eq!(
+        status["message"],
+        "the server could not find the requested resource"
+    );
+    // Anywhere else, the plain mux's: Go's `http.NotFound`.
     for path in [
         "/apis/example.com/v1/things",
         "/nothing",
@@ -70,18 +90,13 @@ async fn unknown_paths_get_a_404_status() {
         assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(
             reply.headers[http::header::CONTENT_TYPE],
-            "application/json"
+            "text/plain; charset=utf-8"
         );
-        let status: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
-        assert_eq!(status["kind"], "Status");
-        assert_eq!(status["apiVersion"], "v1");
-        assert_eq!(status["status"], "Failure");
-        assert_eq!(status["reason"], "NotFound");
-        assert_eq!(status["code"], 404);
         assert_eq!(
-            status["message"],
-            "the server could not find the requested resource"
+            reply.headers[http::header::X_CONTENT_TYPE_OPTIONS],
+            "nosniff"
         );
+        assert_eq!(reply.body, "404 page not found\n", "{path}");
     }
     server.shutdown.cancel();
 }

@@ -182,11 +182,11 @@ async fn protobuf_answers_match_json_over_h2_and_http1() {
         )
         .await;
         assert_eq!(all["items"].as_array().unwrap().len(), PODS);
-        // Errors follow the negotiated serializer, from the API and from the router.
+        // The API's errors follow the negotiated serializer.
         for path in [
             "/apis/metrics.k8s.io/v1/nodes/missing",
             "/apis/metrics.k8s.io/v1/pods?watch=1",
-            "/not-a-path",
+            "/apis/metrics.k8s.io/v1/not-a-resource",
         ] {
             let proto = get(&client, cluster.addr, path, CLIENT_GO).await;
             let json = get(&client, cluster.addr, path, "application/json").await;
