@@ -197,6 +197,21 @@ pub fn negotiate_status(header: Option<&str>) -> Format {
     negotiate_in(header, Endpoint::Plain, ALL).map_or(Format::Json, |(format, _)| format)
 }
 
+/// Whether the range a JSON answer is negotiated from asks for it indented (`pretty=1`,
+/// `acceptMediaTypeOptions`): the first range by preference that JSON satisfies.
+pub fn pretty(header: Option<&str>) -> bool {
+    header.is_some_and(|h| {
+        h.contains("pretty")
+            && parse(h)
+                .iter()
+                .find(|r| {
+                    (r.typ == "application" && matches!(r.subtype, "json" | "*"))
+                        || (r.typ == "*" && r.subtype == "*")
+                })
+                .is_some_and(|r| r.param("pretty") == Some("1"))
+    })
+}
+
 /// `NegotiateMediaTypeOptions`: ranges by preference, and for each the serializers in
 /// order; the first whose media type the range matches and whose options are allowed wins.
 fn negotiate_in(

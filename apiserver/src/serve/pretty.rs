@@ -20,10 +20,18 @@ use http_body_util::BodyExt;
 
 use crate::body::Body;
 
-/// `isPrettyPrint`: a non-empty `pretty` parameter decides (Go's `strconv.ParseBool`, anything
-/// it cannot parse is false); otherwise a `User-Agent` starting with `curl`, `Wget` or
-/// `Mozilla/5.0`.
+/// `NegotiateOutputMediaType`'s choice: the negotiated media type's `pretty=1`
+/// (`application/json;pretty=1`), or `isPrettyPrint`: a non-empty `pretty` parameter decides
+/// (Go's `strconv.ParseBool`, anything it cannot parse is false); otherwise a `User-Agent`
+/// starting with `curl`, `Wget` or `Mozilla/5.0`.
 pub fn wanted(parts: &Parts) -> bool {
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    if crate::api::accept::pretty(accept) {
+        return true;
+    }
     let query = parts.uri.query();
     if query.is_some_and(|q| q.contains("pretty"))
         && let Some(v) = crate::api::query::get(query, "pretty").filter(|v| !v.is_empty())
@@ -226,5 +234,32 @@ mod tests {
         assert!(!wanted(&parts("/apis?pretty=yes", Some("curl/8.5.0"))));
         assert!(wanted(&parts("/apis?pretty=", Some("curl/8.5.0"))));
         assert!(!wanted(&parts("/apis?prettyx=1", None)));
+    }
+
+    #[test]
+    fn asked_for_by_the_negotiated_media_type() {
+        let with_accept = |accept: &str, uri: &str| {
+            let mut p = parts(uri, Some("kubectl/v1.32.4"));
+            p.headers.insert(header::ACCEPT, accept.parse().unwrap());
+            wanted(&p)
+        };
+        assert!(with_accept("application/json;pretty=1", "/apis"));
+        assert!(with_accept("*/*;pretty=1", "/apis"));
+        // Either asks: the media type's `pretty=1` or the parameter.
+        assert!(with_accept(
+            "application/json;pretty=1",
+            "/apis?pretty=false"
+        ));
+        assert!(!with_accept("application/json;pretty=0", "/apis"));
+        assert!(!with_accept("application/json;pretty=true", "/apis"));
+        // Only the range JSON is negotiated from counts.
+        assert!(!with_accept(
+            "application/json, application/yaml;pretty=1",
+            "/apis"
+        ));
+        assert!(!with_accept(
+            "application/json;q=0.5, application/*;pretty=1;q=0.1",
+            "/apis"
+        ));
     }
 }
