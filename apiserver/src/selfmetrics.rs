@@ -129,12 +129,12 @@ fn health_root(path: &str) -> &'static str {
 }
 
 /// k8s.io/apiserver's reported verb: `CanonicalVerb` (a GET or HEAD of a list is `LIST`),
-/// then `cleanVerb` (a GET whose first `watch` value is neither `0` nor `false` is `WATCH`;
-/// a method outside its known verbs is `other`).
+/// then `cleanVerb` (a GET whose `watch` is true as `Convert_Slice_string_To_bool` reads it
+/// is `WATCH`; a method outside its known verbs is `other`).
 fn verb(method: &http::Method, scope: &str, query: Option<&str>) -> &'static str {
     let list = !matches!(scope, "" | "resource");
     match *method {
-        http::Method::GET if watches(query) => "WATCH",
+        http::Method::GET if crate::api::query::flag(query, "watch") => "WATCH",
         http::Method::GET | http::Method::HEAD if list => "LIST",
         http::Method::GET | http::Method::HEAD => "GET",
         http::Method::POST => "POST",
@@ -146,26 +146,10 @@ fn verb(method: &http::Method, scope: &str, query: Option<&str>) -> &'static str
     }
 }
 
-/// Whether the query's first `watch` value asks to watch (`getVerbIfWatch`: present and
-/// neither `0` nor `false`, case-insensitively).
-fn watches(query: Option<&str>) -> bool {
-    // Most requests have no such parameter: no decoding for them.
-    query.is_some_and(|q| q.contains("watch"))
-        && crate::api::query::get(query, "watch")
-            .is_some_and(|v| !v.eq_ignore_ascii_case("0") && !v.eq_ignore_ascii_case("false"))
-}
-
 /// `cleanDryRun`: no `dryRun` parameter is empty; values that are all `All` (the only dry
 /// run there is) are `All`; anything else is `invalid`.
 fn dry_run(query: Option<&str>) -> &'static str {
-    // Most requests have no such parameter: no decoding for them.
-    if !query.is_some_and(|q| q.contains("dryRun")) {
-        return "";
-    }
-    let mut values = crate::api::query::pairs(query)
-        .filter(|(k, _)| k == "dryRun")
-        .map(|(_, v)| v)
-        .peekable();
+    let mut values = crate::api::query::values(query, "dryRun").peekable();
     if values.peek().is_none() {
         ""
     } else if values.all(|v| v == "All") {

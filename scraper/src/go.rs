@@ -1,7 +1,7 @@
 //! Go's text formats where the API must write what a Go server writes: `strconv.Quote` (the
 //! `%q` in apimachinery's error messages), `strconv.ParseInt`'s errors and
-//! `time.Duration.String()` (the `window` field, flag defaults). One implementation each, for
-//! both crates.
+//! `time.Duration.String()` (the `window` field, flag defaults) and `time.ParseDuration`
+//! (flags, a request's `?timeout=`). One implementation each, for both crates.
 
 use std::fmt::Write as _;
 
@@ -37,6 +37,90 @@ pub fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Nanoseconds per unit of Go's duration syntax (`time.unitMap`).
+const NANOS_PER: [(&str, u128); 9] = [
+    ("ns", 1),
+    ("us", 1_000),
+    ("\u{b5}s", 1_000),  // µ (micro sign), as Go accepts
+    ("\u{3bc}s", 1_000), // μ (Greek mu), as Go accepts
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+    ("", 0),
+];
+
+/// Go's `time.ParseDuration`: whether the duration is negative (`-` before it) and its
+/// magnitude, from `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+` (`0` alone allowed; units `ns`, `us`,
+/// `µs`, `μs`, `ms`, `s`, `m`, `h`; fractions truncated to nanoseconds; at most an `int64` of
+/// them), with Go's error texts (`time: invalid duration "x"`, `time: unknown unit "x" in
+/// duration "5x"`, `time: missing unit in duration "5"`).
+pub fn parse_duration(s: &str) -> Result<(bool, std::time::Duration), String> {
+    let invalid = || format!("time: invalid duration \"{s}\"");
+    let (negative, mut rest) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest == "0" {
+        return Ok((negative, std::time::Duration::ZERO));
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    let mut total_ns: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (int_part, after) = rest.split_at(int_len);
+        let (frac_part, after) = match after.strip_prefix('.') {
+            Some(f) => {
+                let n = f.bytes().take_while(u8::is_ascii_digit).count();
+                f.split_at(n)
+            }
+            None => ("", after),
+        };
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(invalid());
+        }
+        let unit_len = after
+            .char_indices()
+            .find(|&(_, c)| c == '.' || c.is_ascii_digit())
+            .map_or(after.len(), |(i, _)| i);
+        let (unit, after) = after.split_at(unit_len);
+        if unit.is_empty() {
+            return Err(format!("time: missing unit in duration \"{s}\""));
+        }
+        let per = NANOS_PER
+            .iter()
+            .find(|(name, _)| *name == unit && !name.is_empty())
+            .map(|&(_, per)| per)
+            .ok_or_else(|| format!("time: unknown unit \"{unit}\" in duration \"{s}\""))?;
+        let int: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| invalid())?
+        };
+        let mut ns = int.checked_mul(per).ok_or_else(invalid)?;
+        // The fraction, truncated to nanoseconds as Go does.
+        let mut scale = per;
+        for digit in frac_part.bytes().take(30) {
+            scale /= 10;
+            if scale == 0 {
+                break;
+            }
+            ns += u128::from(digit - b'0') * scale;
+        }
+        total_ns = total_ns.checked_add(ns).ok_or_else(invalid)?;
+        rest = after;
+    }
+    // Go's Duration is an int64 of nanoseconds.
+    if total_ns > i64::MAX as u128 {
+        return Err(invalid());
+    }
+    let secs = (total_ns / 1_000_000_000) as u64;
+    let nanos = (total_ns % 1_000_000_000) as u32;
+    Ok((negative, std::time::Duration::new(secs, nanos)))
 }
 
 /// Go's `strconv.ParseInt(s, 10, bits)`, with its error text (`strconv.ParseInt: parsing
@@ -255,6 +339,36 @@ mod tests {
         for (ns, want) in cases {
             assert_eq!(dur(*ns), *want, "{ns}");
         }
+    }
+
+    #[test]
+    fn parse_duration_reads_the_sign_and_errs_as_go() {
+        use std::time::Duration;
+        assert_eq!(
+            parse_duration("1m30s"),
+            Ok((false, Duration::from_secs(90)))
+        );
+        assert_eq!(
+            parse_duration("+1.5s"),
+            Ok((false, Duration::from_millis(1500)))
+        );
+        assert_eq!(
+            parse_duration("-500ms"),
+            Ok((true, Duration::from_millis(500)))
+        );
+        assert_eq!(parse_duration("-0"), Ok((true, Duration::ZERO)));
+        assert_eq!(
+            parse_duration("-"),
+            Err("time: invalid duration \"-\"".to_owned())
+        );
+        assert_eq!(
+            parse_duration("5x"),
+            Err("time: unknown unit \"x\" in duration \"5x\"".to_owned())
+        );
+        assert_eq!(
+            parse_duration("5"),
+            Err("time: missing unit in duration \"5\"".to_owned())
+        );
     }
 
     #[test]

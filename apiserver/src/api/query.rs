@@ -20,9 +20,29 @@ pub fn pairs(query: Option<&str>) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_,
         })
 }
 
+/// Every value of `key` in the raw query string, in order, as [`pairs`] has them; only the
+/// values of `key` are decoded, so looking for a parameter a request does not carry costs no
+/// allocation whatever else it carries (an HPA's escaped label selector, say).
+pub fn values<'a, 'k>(
+    query: Option<&'a str>,
+    key: &'k str,
+) -> impl Iterator<Item = Cow<'a, str>> + use<'a, 'k> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty() && !pair.contains(';'))
+        .filter_map(move |pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if unescape(k)? != key {
+                return None;
+            }
+            unescape(v)
+        })
+}
+
 /// The first value of `key` in the raw query string.
 pub fn get<'a>(query: Option<&'a str>, key: &str) -> Option<Cow<'a, str>> {
-    pairs(query).find(|(k, _)| k == key).map(|(_, v)| v)
+    values(query, key).next()
 }
 
 /// `url.QueryUnescape`; `None` on a malformed escape.
@@ -90,6 +110,22 @@ pub fn truthy(v: &str) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_are_those_of_the_key_in_order_as_pairs_has_them() {
+        let q = Some("dryRun=All&labelSelector=a%3Db&dry%52un=x&dryRun=%zz&dryRun;x=1&dryRun");
+        let got: Vec<String> = values(q, "dryRun").map(|v| v.into_owned()).collect();
+        // The escaped key counts; a malformed value and a pair with `;` are dropped.
+        assert_eq!(got, ["All", "x", ""]);
+        let from_pairs: Vec<String> = pairs(q)
+            .filter(|(k, _)| k == "dryRun")
+            .map(|(_, v)| v.into_owned())
+            .collect();
+        assert_eq!(got, from_pairs);
+        assert_eq!(get(q, "labelSelector").as_deref(), Some("a=b"));
+        assert_eq!(get(q, "watch"), None);
+        assert_eq!(values(None, "x").count(), 0);
+    }
 
     #[test]
     fn decodes_like_go() {

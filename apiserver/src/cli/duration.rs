@@ -14,104 +14,19 @@ pub struct GoDuration(pub Duration);
 #[error("{0}")]
 pub struct ParseError(String);
 
-const NANOS_PER: [(&str, u128); 9] = [
-    ("ns", 1),
-    ("us", 1_000),
-    ("\u{b5}s", 1_000),  // µ (micro sign), as Go accepts
-    ("\u{3bc}s", 1_000), // μ (Greek mu), as Go accepts
-    ("ms", 1_000_000),
-    ("s", 1_000_000_000),
-    ("m", 60_000_000_000),
-    ("h", 3_600_000_000_000),
-    ("", 0),
-];
-
 impl FromStr for GoDuration {
     type Err = ParseError;
 
-    /// Parses `[+]?([0-9]*(\.[0-9]*)?[a-z]+)+` as Go's `time.ParseDuration` does; `0` alone is
-    /// allowed. Negative durations are refused: no flag here means anything by them.
+    /// Parses `[+]?([0-9]*(\.[0-9]*)?[a-z]+)+` as Go's `time.ParseDuration` does
+    /// ([`scraper::go::parse_duration`]); `0` alone is allowed. Negative durations are
+    /// refused: no flag here means anything by them.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match GoDuration::parse_signed(s)? {
-            (false, d) => Ok(d),
+        match scraper::go::parse_duration(s).map_err(ParseError)? {
+            (false, d) => Ok(GoDuration(d)),
             (true, _) => Err(ParseError(format!(
                 "time: negative duration \"{s}\" is not allowed"
             ))),
         }
-    }
-}
-
-impl GoDuration {
-    /// Go's `time.ParseDuration` whole: whether the duration is negative (`-` before it), and
-    /// its magnitude; the errors are Go's.
-    pub fn parse_signed(s: &str) -> Result<(bool, GoDuration), ParseError> {
-        let invalid = || ParseError(format!("time: invalid duration \"{s}\""));
-        let (negative, mut rest) = match s.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, s.strip_prefix('+').unwrap_or(s)),
-        };
-        if rest == "0" {
-            return Ok((negative, GoDuration(Duration::ZERO)));
-        }
-        if rest.is_empty() {
-            return Err(invalid());
-        }
-        let mut total_ns: u128 = 0;
-        while !rest.is_empty() {
-            let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-            let (int_part, after) = rest.split_at(int_len);
-            let (frac_part, after) = match after.strip_prefix('.') {
-                Some(f) => {
-                    let n = f.bytes().take_while(u8::is_ascii_digit).count();
-                    f.split_at(n)
-                }
-                None => ("", after),
-            };
-            if int_part.is_empty() && frac_part.is_empty() {
-                return Err(invalid());
-            }
-            let unit_len = after
-                .char_indices()
-                .find(|&(_, c)| c == '.' || c.is_ascii_digit())
-                .map_or(after.len(), |(i, _)| i);
-            let (unit, after) = after.split_at(unit_len);
-            if unit.is_empty() {
-                return Err(ParseError(format!(
-                    "time: missing unit in duration \"{s}\""
-                )));
-            }
-            let per = NANOS_PER
-                .iter()
-                .find(|(name, _)| *name == unit && !name.is_empty())
-                .map(|&(_, per)| per)
-                .ok_or_else(|| {
-                    ParseError(format!("time: unknown unit \"{unit}\" in duration \"{s}\""))
-                })?;
-            let int: u128 = if int_part.is_empty() {
-                0
-            } else {
-                int_part.parse().map_err(|_| invalid())?
-            };
-            let mut ns = int.checked_mul(per).ok_or_else(invalid)?;
-            // The fraction, truncated to nanoseconds as Go does.
-            let mut scale = per;
-            for digit in frac_part.bytes().take(30) {
-                scale /= 10;
-                if scale == 0 {
-                    break;
-                }
-                ns += u128::from(digit - b'0') * scale;
-            }
-            total_ns = total_ns.checked_add(ns).ok_or_else(invalid)?;
-            rest = after;
-        }
-        // Go's Duration is an int64 of nanoseconds.
-        if total_ns > i64::MAX as u128 {
-            return Err(invalid());
-        }
-        let secs = (total_ns / 1_000_000_000) as u64;
-        let nanos = (total_ns % 1_000_000_000) as u32;
-        Ok((negative, GoDuration(Duration::new(secs, nanos))))
     }
 }
 

@@ -133,7 +133,7 @@ where
         let now_ns = scraper::clock::unix_now_ns();
         let line = match self {
             Klog::Text => klog_text_line(event, now_ns, std::process::id()),
-            Klog::Json => klog_line(event, now_ns),
+            Klog::Json => klog_json_line(event, now_ns),
         };
         writeln!(writer, "{line}")
     }
@@ -168,7 +168,6 @@ fn klog_text_line(event: &Event<'_>, now_ns: i64, pid: u32) -> String {
         scraper::go::quote(&fields.message.unwrap_or_default()),
     );
     for (name, value) in fields.rest {
-        let name = if name == "error" { "err" } else { name };
         let _ = match value {
             serde_json::Value::String(s) => write!(line, " {name}={}", scraper::go::quote(&s)),
             other => write!(line, " {name}={other}"),
@@ -178,7 +177,7 @@ fn klog_text_line(event: &Event<'_>, now_ns: i64, pid: u32) -> String {
 }
 
 /// The JSON line of `event` logged at `now_ns`.
-fn klog_line(event: &Event<'_>, now_ns: i64) -> String {
+fn klog_json_line(event: &Event<'_>, now_ns: i64) -> String {
     let meta = event.metadata();
     let mut fields = Fields::default();
     event.record(&mut fields);
@@ -207,7 +206,6 @@ fn klog_line(event: &Event<'_>, now_ns: i64) -> String {
         line.push_str(&v.to_string());
     }
     for (name, value) in fields.rest {
-        let name = if name == "error" { "err" } else { name };
         line.push(',');
         line.push_str(&json(&name.into()));
         line.push(':');
@@ -221,7 +219,8 @@ fn json(value: &serde_json::Value) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
 }
 
-/// An event's message and other fields, in the order they were recorded.
+/// An event's message and other fields, in the order they were recorded; the `error` field
+/// named `err`, as klog names an error.
 #[derive(Default)]
 struct Fields {
     message: Option<String>,
@@ -236,7 +235,11 @@ impl Fields {
                 other => other.to_string(),
             });
         } else {
-            self.rest.push((field.name(), value));
+            let name = match field.name() {
+                "error" => "err",
+                name => name,
+            };
+            self.rest.push((name, value));
         }
     }
 }

@@ -28,6 +28,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::activity::{Activity, Deadline, Streams, Timed};
+use super::router::InvalidTimeout;
 use super::{Config, PeerCertificates, RemoteAddr, Router, Seat};
 use crate::body::Body;
 use crate::selfmetrics::RequestKind;
@@ -192,8 +193,8 @@ pub(super) async fn serve(
             if let Some(peer) = &peer {
                 extensions.insert(peer.clone());
             }
-            let limit = super::router::request_limit(request.uri().query(), request_timeout)
-                .unwrap_or_else(|invalid| {
+            let limit =
+                request_limit(request.uri().query(), request_timeout).unwrap_or_else(|invalid| {
                     request.extensions_mut().insert(invalid);
                     request_timeout
                 });
@@ -408,6 +409,23 @@ fn draws(chance: f64) -> bool {
     }
     let coin = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
     (coin >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < chance
+}
+
+/// How long a request may take (k8s.io/apiserver's `WithRequestDeadline`): `maximum`
+/// (`--request-timeout`), or the client's `?timeout=` when it is shorter and above zero (what
+/// kubectl's `--request-timeout` sends); a zero or negative one, or one past the maximum, is
+/// the maximum. A value that is not a Go duration is an error with upstream's message.
+fn request_limit(query: Option<&str>, maximum: Duration) -> Result<Duration, InvalidTimeout> {
+    let Some(value) = crate::api::query::get(query, "timeout").filter(|v| !v.is_empty()) else {
+        return Ok(maximum);
+    };
+    match scraper::go::parse_duration(&value) {
+        Ok((false, d)) if !d.is_zero() && d < maximum => Ok(d),
+        Ok(_) => Ok(maximum),
+        Err(e) => Err(InvalidTimeout(format!(
+            "invalid timeout specified in the request URL - {e}"
+        ))),
+    }
 }
 
 /// The router's answer within the request's deadline, or k8s.io/apiserver's 504 when it has

@@ -280,31 +280,11 @@ impl Router {
     }
 }
 
-/// A request's `?timeout=` that Go's `time.ParseDuration` refuses: the 400's message, in the
-/// request's extensions (see [`request_limit`]).
+/// A request's `?timeout=` that Go's `time.ParseDuration` refuses: the 400's message, put in
+/// the request's extensions by the connection (`conn::request_limit`) and answered before
+/// the filters.
 #[derive(Clone, Debug)]
 pub struct InvalidTimeout(pub String);
-
-/// How long a request may take (k8s.io/apiserver's `WithRequestDeadline`): `maximum`
-/// (`--request-timeout`), or the client's `?timeout=` when it is shorter and above zero (what
-/// kubectl's `--request-timeout` sends); a zero or negative one, or one past the maximum, is
-/// the maximum. A value that is not a Go duration is an error with upstream's message.
-pub fn request_limit(query: Option<&str>, maximum: Duration) -> Result<Duration, InvalidTimeout> {
-    // Most requests have no such parameter: no decoding for them.
-    if !query.is_some_and(|q| q.contains("timeout")) {
-        return Ok(maximum);
-    }
-    let Some(value) = crate::api::query::get(query, "timeout").filter(|v| !v.is_empty()) else {
-        return Ok(maximum);
-    };
-    match crate::cli::GoDuration::parse_signed(&value) {
-        Ok((false, d)) if !d.0.is_zero() && d.0 < maximum => Ok(d.0),
-        Ok(_) => Ok(maximum),
-        Err(e) => Err(InvalidTimeout(format!(
-            "invalid timeout specified in the request URL - {e}"
-        ))),
-    }
-}
 
 /// The request and response header of k8s.io/apiserver's audit ID.
 pub const AUDIT_ID: &str = "audit-id";
