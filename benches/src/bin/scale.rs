@@ -100,7 +100,10 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--hpa-rates" => {
                 o.hpa_rates = value()?
                     .split(',')
-                    .map(|s| s.trim().parse().context("--hpa-rates"))
+                    .map(|s| match s.trim().parse::<u32>().context("--hpa-rates")? {
+                        0 => anyhow::bail!("--hpa-rates: a rate is requests a second, above 0 (leave the flag out for no HPA-shaped phase)"),
+                        rate => Ok(rate),
+                    })
                     .collect::<anyhow::Result<_>>()?;
             }
             "--hpa-connections" => o.hpa_connections = value()?.parse()?,

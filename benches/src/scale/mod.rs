@@ -42,7 +42,7 @@ pub struct Options {
     pub resolution: Duration,
     /// The measured window (after set-up and warm-up).
     pub duration: Duration,
-    /// Warm-up periods after every node has usage.
+    /// Full periods that start after the server's warm-up ends, before the window.
     pub warmup_periods: u32,
     /// Repetitions of each cluster-wide list.
     pub lists: usize,
@@ -242,6 +242,49 @@ pub async fn wait_for_every_node(
     }
 }
 
+/// Waits until the server's warm-up is over (`scraper_warming_nodes` 0) and then until
+/// `periods` periods that started after it have completed, so the window sees only steady
+/// periods: the period in flight when the warm-up ended has none of the nodes whose warm-up
+/// scrape came before their slot, and a window over its tail would count too few scrapes and
+/// too little CPU. A server without the gauge (another implementation) waits `periods`
+/// resolutions instead.
+pub async fn wait_for_steady_periods(
+    client: &mut Client,
+    periods: u32,
+    resolution: Duration,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let poll = Duration::from_millis(250);
+    let mut since: Option<u64> = None;
+    loop {
+        if Instant::now() > deadline {
+            bail!("the server did not reach {periods} steady period(s) within {timeout:?}");
+        }
+        let (_, text) = client.text("/metrics").await?;
+        let Some(warming) = gauge(&text, "scraper_warming_nodes") else {
+            tokio::time::sleep(resolution * periods).await;
+            return Ok(());
+        };
+        let (done, _) = periods_completed(&text, resolution);
+        match since {
+            // The period in flight when the warm-up ended completes first.
+            Some(at) if done > at + u64::from(periods) => return Ok(()),
+            Some(_) => {}
+            None if warming == 0.0 => since = Some(done),
+            None => {}
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// The value of an unlabelled gauge or counter in a Prometheus text exposition.
+fn gauge(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `metrics_server_manager_tick_duration_seconds`: periods observed, and of those the ones
 /// that completed within `resolution` (its bucket `le` equal to the resolution).
 pub fn periods_completed(text: &str, resolution: Duration) -> (u64, u64) {
@@ -349,8 +392,18 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         setup_server.as_secs_f64(),
         mib(server_proc.rss_bytes()?)
     );
-    let warmup = options.resolution * options.warmup_periods;
-    tokio::time::sleep(warmup).await;
+    wait_for_steady_periods(
+        &mut client,
+        options.warmup_periods,
+        options.resolution,
+        deadline.saturating_duration_since(Instant::now()),
+    )
+    .await?;
+    println!(
+        "  steady: {} full period(s) done since the warm-up ended, {:.1} s after the server started",
+        options.warmup_periods,
+        t_server.elapsed().as_secs_f64()
+    );
 
     // The measured window.
     let metrics_before = client.text("/metrics").await?;
