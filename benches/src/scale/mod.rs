@@ -735,6 +735,19 @@ mod tests {
     }
 
     #[test]
+    fn the_warm_up_gauge_is_read_by_its_exact_name() {
+        let text = "\
+# HELP scraper_warming_nodes Nodes in warm-up.
+# TYPE scraper_warming_nodes gauge
+scraper_warming_nodes_total 9
+scraper_warming_nodes 3
+";
+        assert_eq!(gauge(text, "scraper_warming_nodes"), Some(3.0));
+        assert_eq!(gauge(text, "scraper_warming"), None);
+        assert_eq!(gauge("", "scraper_warming_nodes"), None);
+    }
+
+    #[test]
     fn periods_are_read_from_the_tick_histogram_at_the_resolution_bucket() {
         let text = "\
 # TYPE metrics_server_manager_tick_duration_seconds histogram
