@@ -180,12 +180,15 @@ impl<'a> Parser<'a> {
 
         let value_start = pos;
         let value = match parse_float(b, pos, end) {
-            Some((value, value_end)) => {
+            Some((Some(value), value_end)) => {
                 pos = value_end;
                 value
             }
-            None => {
-                pos = token_end(b, pos, end);
+            plain => {
+                pos = match plain {
+                    Some((None, value_end)) => value_end,
+                    _ => token_end(b, pos, end),
+                };
                 if pos == value_start {
                     return Err(error(ParseErrorKind::Syntax, pos));
                 }

@@ -124,12 +124,16 @@ fn digit_run(token: &[u8], mut pos: usize, mantissa: &mut u64) -> (usize, usize)
     (pos, pos - start)
 }
 
-/// Clinger's fast path for the plain decimals the kubelet prints (`4.710169`,
-/// `1.253376e+07`): when the digits fit in 2^53 and the power of ten is at most 22, one
-/// multiplication or division of two exact doubles is the correctly rounded result, the same
-/// as Go's `strconv.ParseFloat`. Anything else (more digits, signs, `Inf`, `NaN`, huge
-/// exponents) returns `None` and goes to the standard library's parser.
-pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(f64, usize)> {
+/// A plain decimal at `b[start..]` (digits, an optional fraction and exponent, then a blank
+/// or the end of the line), and the position after it. Clinger's fast path gives its value
+/// (`Some`) for the decimals the kubelet prints (`4.710169`, `1.253376e+07`): when the
+/// digits fit in 2^53 and the power of ten is at most 22, one multiplication or division of
+/// two exact doubles is the correctly rounded result, the same as Go's `strconv.ParseFloat`.
+/// A plain decimal with more digits (a start time, `1.7645807605001578e+09`) or a larger
+/// exponent is `None`, for the standard library's parser to read from `b[start..]` to the
+/// position returned; anything else (signs, `Inf`, `NaN`) is not a plain decimal: `None`
+/// altogether.
+pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(Option<f64>, usize)> {
     const POW10: [f64; 23] = [
         1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
         1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
@@ -144,7 +148,7 @@ pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(f64, us
         digits += fraction;
         exponent -= fraction as i64;
     }
-    if digits == 0 || digits > 15 {
+    if digits == 0 {
         return None;
     }
     if pos < token.len() && (token[pos] == b'e' || token[pos] == b'E') {
@@ -174,12 +178,15 @@ pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(f64, us
     if pos < token.len() && !is_blank(token[pos]) {
         return None;
     }
+    if digits > 15 {
+        return Some((None, start + pos));
+    }
     // 15 digits are below 2^53, so `mantissa as f64` is exact.
     let m = mantissa as f64;
     let value = match exponent {
-        0..=22 => m * POW10[exponent as usize],
-        -22..=-1 => m / POW10[(-exponent) as usize],
-        _ => return None,
+        0..=22 => Some(m * POW10[exponent as usize]),
+        -22..=-1 => Some(m / POW10[(-exponent) as usize]),
+        _ => None,
     };
     Some((value, start + pos))
 }
