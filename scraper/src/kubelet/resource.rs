@@ -7,9 +7,9 @@
 //!
 //! The parser is hand-written for speed (see `BENCHMARKS.md`, section Parse): the body is
 //! UTF-8 validated once, lines are found with `memchr`, bytes are classified by table
-//! (`lex`), and label values are borrowed from the body (`Cow::Owned` only when a value has
-//! escapes). A series that repeats the label text of the container expected next is merged
-//! without parsing its labels. The only allocations are the output `Vec`, the label-text
+//! (`lex`), digit runs are read eight bytes at a time, and label values are borrowed from
+//! the body (`Cow::Owned` only when a value has escapes). A series that repeats the label
+//! text of the container expected next is merged without parsing its labels. The only allocations are the output `Vec`, the label-text
 //! `Vec` and the hash index that merges the families of one container.
 
 use std::borrow::Cow;
