@@ -9,8 +9,9 @@
 //! UTF-8 validated once, lines are found with `memchr`, bytes are classified by table
 //! (`lex`), digit runs are read eight bytes at a time, and label values are borrowed from
 //! the body (`Cow::Owned` only when a value has escapes). A series that repeats the label
-//! text of the container expected next is merged without parsing its labels. The only allocations are the output `Vec`, the label-text
-//! `Vec` and the hash index that merges the families of one container.
+//! text of the container expected next is merged without parsing its labels. The only
+//! allocations are the output `Vec`, the label-text `Vec` and the hash index that merges the
+//! families of one container.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
