@@ -190,11 +190,8 @@ pub fn unix_ms() -> i64 {
 /// `metrics_server_kubelet_request_total{success="..."}` from the server's `/metrics`.
 pub fn scrape_counters(text: &str) -> (u64, u64) {
     let value = |success: &str| {
-        let prefix = format!("metrics_server_kubelet_request_total{{success=\"{success}\"}}");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
+        let series = format!("metrics_server_kubelet_request_total{{success=\"{success}\"}}");
+        sample(text, &series).map_or(0, |v| v as u64)
     };
     (value("true"), value("false"))
 }
@@ -262,7 +259,7 @@ pub async fn wait_for_steady_periods(
             bail!("the server did not reach {periods} steady period(s) within {timeout:?}");
         }
         let (_, text) = client.text("/metrics").await?;
-        let Some(warming) = gauge(&text, "scraper_warming_nodes") else {
+        let Some(warming) = sample(&text, "scraper_warming_nodes") else {
             tokio::time::sleep(resolution * periods).await;
             return Ok(());
         };
@@ -278,10 +275,11 @@ pub async fn wait_for_steady_periods(
     }
 }
 
-/// The value of an unlabelled gauge or counter in a Prometheus text exposition.
-fn gauge(text: &str, name: &str) -> Option<f64> {
+/// The value of one series in a Prometheus text exposition, named as it is written there
+/// (`name` or `name{label="value"}`): the series, a blank, its value.
+fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
 }
 
@@ -290,11 +288,8 @@ fn gauge(text: &str, name: &str) -> Option<f64> {
 pub fn periods_completed(text: &str, resolution: Duration) -> (u64, u64) {
     let value = |line: &str| line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
     let name = "metrics_server_manager_tick_duration_seconds";
-    let count = text
-        .lines()
-        .find(|l| l.starts_with(&format!("{name}_count")))
-        .and_then(value)
-        .map_or(0, |v| v as u64);
+    let count = sample(text, &format!("{name}_count")).map_or(0, |v| v as u64);
+    // The bucket whose bound equals the resolution, however the bound is printed (`15`, `15.0`).
     let r = resolution.as_secs_f64();
     let within = text
         .lines()
@@ -735,16 +730,20 @@ mod tests {
     }
 
     #[test]
-    fn the_warm_up_gauge_is_read_by_its_exact_name() {
+    fn a_series_is_read_by_its_exact_name_and_labels() {
         let text = "\
 # HELP scraper_warming_nodes Nodes in warm-up.
 # TYPE scraper_warming_nodes gauge
 scraper_warming_nodes_total 9
 scraper_warming_nodes 3
+metrics_server_kubelet_request_total{success=\"false\"} 2
+metrics_server_kubelet_request_total{success=\"true\"} 4075
 ";
-        assert_eq!(gauge(text, "scraper_warming_nodes"), Some(3.0));
-        assert_eq!(gauge(text, "scraper_warming"), None);
-        assert_eq!(gauge("", "scraper_warming_nodes"), None);
+        assert_eq!(sample(text, "scraper_warming_nodes"), Some(3.0));
+        assert_eq!(sample(text, "scraper_warming"), None);
+        assert_eq!(sample("", "scraper_warming_nodes"), None);
+        assert_eq!(scrape_counters(text), (4075, 2));
+        assert_eq!(scrape_counters(""), (0, 0));
     }
 
     #[test]

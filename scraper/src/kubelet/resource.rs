@@ -179,25 +179,20 @@ impl<'a> Parser<'a> {
             pos = skip_blanks(b, pos, end);
         }
 
+        // The value: a plain decimal (rounded by the fast path, or where it ends), else the
+        // token up to the next blank; the standard parser reads what the fast path did not.
         let value_start = pos;
-        let value = match parse_float(b, pos, end) {
-            Some((Some(value), value_end)) => {
-                pos = value_end;
-                value
-            }
-            plain => {
-                pos = match plain {
-                    Some((None, value_end)) => value_end,
-                    _ => token_end(b, pos, end),
-                };
-                if pos == value_start {
-                    return Err(error(ParseErrorKind::Syntax, pos));
-                }
-                self.text
-                    .get(value_start..pos)
-                    .and_then(|s| s.parse().ok())
-                    .ok_or(error(ParseErrorKind::Value, value_start))?
-            }
+        let (rounded, value_end) =
+            parse_float(b, pos, end).unwrap_or_else(|| (None, token_end(b, pos, end)));
+        pos = value_end;
+        let value = match rounded {
+            Some(value) => value,
+            None if pos == value_start => return Err(error(ParseErrorKind::Syntax, pos)),
+            None => self
+                .text
+                .get(value_start..pos)
+                .and_then(|s| s.parse().ok())
+                .ok_or(error(ParseErrorKind::Value, value_start))?,
         };
 
         pos = skip_blanks(b, pos, end);

@@ -107,8 +107,9 @@ fn eight_digits(b: &[u8], pos: usize) -> Option<u64> {
 }
 
 /// Appends the run of decimal digits at `token[pos..]` to `mantissa`; returns the position
-/// after it and how many digits it had (a mantissa past 19 digits wraps, and the caller
-/// refuses more than 15).
+/// after it and how many digits it had. 19 digits always fit in a u64; past that the
+/// mantissa wraps, and the callers refuse so many (a float's fast path more than 15, a
+/// timestamp more than 19).
 fn digit_run(token: &[u8], mut pos: usize, mantissa: &mut u64) -> (usize, usize) {
     let start = pos;
     while let Some(eight) = eight_digits(token, pos) {
@@ -201,21 +202,10 @@ pub(super) fn timestamp_ns(b: &[u8], start: usize, end: usize) -> Option<(i64, u
         Some(b'-') => return None,
         _ => {}
     }
-    let digits_start = pos;
-    // 19 digits always fit in a u64: two runs of eight, then one at a time.
     let mut ms: u64 = 0;
-    while pos + 8 <= end && pos - digits_start <= 8 {
-        let Some(eight) = eight_digits(b, pos) else {
-            break;
-        };
-        ms = ms * 100_000_000 + eight;
-        pos += 8;
-    }
-    while pos < end && b[pos].is_ascii_digit() && pos - digits_start < 19 {
-        ms = ms * 10 + u64::from(b[pos] - b'0');
-        pos += 1;
-    }
-    if pos == digits_start || (pos < end && !is_blank(b[pos])) {
+    let digits;
+    (pos, digits) = digit_run(&b[..end], pos, &mut ms);
+    if digits == 0 || digits > 19 || (pos < end && !is_blank(b[pos])) {
         return None;
     }
     let ns = i64::try_from(ms).ok()?.checked_mul(1_000_000)?;
@@ -265,5 +255,8 @@ mod tests {
                 );
             }
         }
+        // Twenty digits that a u64 would wrap to a small number (2^64 + 384) are refused.
+        let wraps = b"18446744073709552000";
+        assert_eq!(timestamp_ns(wraps, 0, wraps.len()), None);
     }
 }
