@@ -11,6 +11,7 @@
 #
 #   cargo build --release -p apiserver --bin metrics-server -p benches --bin scale
 #   benches/scrape-callgrind.sh [NODES] [SERVER_BIN]      # 200 nodes, target/release/metrics-server
+#   TOGGLE= benches/scrape-callgrind.sh ...                # count every instruction of the window, not only a scrape's
 #
 # Under valgrind the server runs ~50x slower: 200 nodes at 15 s take ~15 % of a core.
 set -euo pipefail
@@ -24,7 +25,7 @@ work=$(mktemp -d /tmp/scrape-callgrind-XXXXXX)
 cat > "$work/server.sh" <<EOF
 #!/bin/sh
 exec valgrind --tool=callgrind --callgrind-out-file=$work/callgrind.out.%p \\
-  --toggle-collect='*scrape*node*scrape*' "$bin" "\$@"
+  ${TOGGLE---toggle-collect='*scrape*node*scrape*'} "$bin" "\$@"
 EOF
 chmod +x "$work/server.sh"
 

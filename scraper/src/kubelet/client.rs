@@ -34,7 +34,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use conn::{Conn, ConnectFailure, IoFailure, Pool, Read, Scratch, Scratches};
+use conn::{Conn, ConnectFailure, IoFailure, Pool, Read, Scratch, ScratchGuard, Scratches};
 use http1::{Chunked, Coding, Framing};
 
 pub use error::{Error, Peer};
@@ -375,12 +375,16 @@ impl Client {
         &self,
         conn: &mut Conn,
         request: &[u8],
-        s: &mut Scratch,
+        s: &mut ScratchGuard<'_>,
     ) -> Result<(Body, bool), Exchange> {
         conn.write(request, s).await.map_err(|e| match e {
             IoFailure::Io(e) => Exchange::Stale(e),
             IoFailure::Tls(e) => Exchange::Failed(Failure::from_tls(e)),
         })?;
+        // The kubelet is at work: the buffers serve another request meanwhile.
+        s.lend_while(conn.readable())
+            .await
+            .map_err(Exchange::Stale)?;
         let mut input = std::mem::take(&mut s.plain);
         input.clear();
         let result = self.response(conn, &mut input, s).await;

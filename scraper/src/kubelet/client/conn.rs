@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -34,7 +35,7 @@ const PLAIN_READ_BYTES: usize = 16 * 1024;
 
 /// Scratch buffers kept for the next requests; requests beyond that many at once get fresh
 /// ones, freed when they finish.
-const SPARE_SCRATCH: usize = 8;
+pub(super) const SPARE_SCRATCH: usize = 8;
 
 /// A plaintext buffer that grew beyond this is not kept in the stock.
 const PLAIN_KEEP_BYTES: usize = 64 * 1024;
@@ -138,16 +139,32 @@ impl Scratch {
 
 /// The stock of spare [`Scratch`]es.
 #[derive(Default)]
-pub(super) struct Scratches(Mutex<Vec<Scratch>>);
+pub(super) struct Scratches {
+    spare: Mutex<Vec<Scratch>>,
+    /// How many were ever made (the stock was empty).
+    made: AtomicUsize,
+}
 
 impl Scratches {
     /// A scratch for one request, given back when the guard drops.
     pub(super) fn take(&self) -> ScratchGuard<'_> {
-        let scratch = self.0.lock().pop().unwrap_or_else(Scratch::new);
         ScratchGuard {
             stock: self,
-            scratch,
+            scratch: self.pop(),
         }
+    }
+
+    fn pop(&self) -> Scratch {
+        self.spare.lock().pop().unwrap_or_else(|| {
+            self.made.fetch_add(1, Ordering::Relaxed);
+            Scratch::new()
+        })
+    }
+
+    /// How many scratches were ever made.
+    #[cfg(test)]
+    pub(super) fn made(&self) -> usize {
+        self.made.load(Ordering::Relaxed)
     }
 }
 
@@ -170,8 +187,25 @@ impl std::ops::DerefMut for ScratchGuard<'_> {
     }
 }
 
-impl Drop for ScratchGuard<'_> {
-    fn drop(&mut self) {
+impl ScratchGuard<'_> {
+    /// Waits for `ready` without holding buffers when none of them holds anything (a request
+    /// written, its answer not yet begun): they go back to the stock meanwhile and a set is
+    /// taken again when `ready` resolves. A slice's requests all wait for their kubelets at
+    /// once, but their answers are read a few at a time, so a small stock serves them all
+    /// instead of a new set being allocated and zeroed for most of them.
+    pub(super) async fn lend_while<F: Future>(&mut self, ready: F) -> F::Output {
+        if self.scratch.used != 0 || self.scratch.out_used != 0 {
+            return ready.await;
+        }
+        self.give_back();
+        let output = ready.await;
+        self.scratch = self.stock.pop();
+        output
+    }
+
+    /// Puts the scratch (when it is one worth keeping) back in the stock, leaving an empty
+    /// placeholder.
+    fn give_back(&mut self) {
         let mut scratch = std::mem::replace(&mut self.scratch, Scratch::empty());
         if scratch.tls_in.len() != TLS_IN_BYTES || scratch.plain.capacity() > PLAIN_KEEP_BYTES {
             return;
@@ -179,10 +213,16 @@ impl Drop for ScratchGuard<'_> {
         scratch.reset();
         scratch.request.clear();
         scratch.plain.clear();
-        let mut stock = self.stock.0.lock();
+        let mut stock = self.stock.spare.lock();
         if stock.len() < SPARE_SCRATCH {
             stock.push(scratch);
         }
+    }
+}
+
+impl Drop for ScratchGuard<'_> {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
@@ -347,6 +387,11 @@ impl Conn {
                 return Ok(());
             }
         }
+    }
+
+    /// Resolves when the connection has something to read (or is closed); reads nothing.
+    pub(super) async fn readable(&self) -> io::Result<()> {
+        self.tcp.readable().await
     }
 
     /// Reads what arrives next and appends its plaintext to `out` (waiting for at least one

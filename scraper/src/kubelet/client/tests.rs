@@ -436,3 +436,55 @@ async fn a_request_and_an_idle_connection_are_small() {
     );
     assert!(std::mem::size_of::<conn::Conn>() <= 64);
 }
+
+/// A slice's requests all wait for their kubelets at once; their buffers wait in the stock
+/// meanwhile, so the answers (read a few at a time) are served by a few sets of buffers
+/// instead of one allocated and zeroed per request.
+#[tokio::test]
+async fn requests_waiting_for_their_answers_hold_no_buffers() {
+    const REQUESTS: usize = 32;
+    // One kubelet per request (one idle connection is kept per kubelet); each answers only
+    // once every kubelet has its request.
+    let barrier = Arc::new(tokio::sync::Barrier::new(REQUESTS));
+    let mut urls = Vec::new();
+    for _ in 0..REQUESTS {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        urls.push(format!(
+            "http://{}/metrics/resource",
+            listener.local_addr().unwrap()
+        ));
+        let barrier = Arc::clone(&barrier);
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            loop {
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut byte = [0u8; 1];
+                    if stream.read(&mut byte).await.unwrap() == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                barrier.wait().await;
+                stream.write_all(OK.as_bytes()).await.unwrap();
+            }
+        });
+    }
+    let c = plain_client(true);
+    let round = || async {
+        let fetches = urls.iter().map(|url| c.get(url));
+        for body in futures::future::join_all(fetches).await {
+            assert_eq!(&body.unwrap()[..], b"hello");
+        }
+    };
+    // The first round opens the connections (each holds its buffers while it connects).
+    round().await;
+    assert_eq!(c.inner.pool.read().idle(), REQUESTS);
+    let before = c.inner.scratch.made();
+    round().await;
+    let made = c.inner.scratch.made() - before;
+    assert!(
+        made == 0,
+        "{made} sets of buffers made for {REQUESTS} requests on kept connections"
+    );
+}
