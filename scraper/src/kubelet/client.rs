@@ -321,23 +321,11 @@ impl Client {
     async fn send(&self, target: &Endpoint<'_>, https: bool) -> Result<Body, Failure> {
         let pool = Arc::clone(&self.inner.pool.read());
         let mut scratch = self.inner.scratch.take();
-        let mut request = std::mem::take(&mut scratch.request);
-        request.clear();
-        {
-            let authorization = if https {
-                self.inner.authorization.read().clone()
-            } else {
-                None
-            };
-            http1::request(
-                &mut request,
-                target.path,
-                &target.host_header,
-                authorization.as_ref(),
-                self.inner.compression,
-                !self.inner.keep_alive,
-            );
-        }
+        let authorization = if https {
+            self.inner.authorization.read().clone()
+        } else {
+            None
+        };
         let tls = if https { pool.tls.as_ref() } else { None };
         let mut pooled = if self.inner.keep_alive {
             pool.checkout(target.authority)
@@ -352,12 +340,14 @@ impl Client {
                     .await
                     .map_err(Failure::from_connect)?,
             };
-            match self.exchange(&mut conn, &request, &mut scratch).await {
+            match self
+                .exchange(&mut conn, target, authorization.as_ref(), &mut scratch)
+                .await
+            {
                 Ok((body, reusable)) => {
                     if reusable && self.inner.keep_alive && !scratch.leftover() {
                         pool.checkin(target.authority, conn);
                     }
-                    scratch.request = request;
                     return Ok(body);
                 }
                 Err(Exchange::Stale(_)) if reused => {
@@ -374,14 +364,28 @@ impl Client {
     async fn exchange(
         &self,
         conn: &mut Conn,
-        request: &[u8],
+        target: &Endpoint<'_>,
+        authorization: Option<&HeaderValue>,
         s: &mut ScratchGuard<'_>,
     ) -> Result<(Body, bool), Exchange> {
-        conn.write(request, s).await.map_err(|e| match e {
+        let mut request = std::mem::take(&mut s.request);
+        request.clear();
+        http1::request(
+            &mut request,
+            target.path,
+            &target.host_header,
+            authorization,
+            self.inner.compression,
+            !self.inner.keep_alive,
+        );
+        let written = conn.write(&request, s).await;
+        s.request = request;
+        written.map_err(|e| match e {
             IoFailure::Io(e) => Exchange::Stale(e),
             IoFailure::Tls(e) => Exchange::Failed(Failure::from_tls(e)),
         })?;
-        // The kubelet is at work: the buffers serve another request meanwhile.
+        // The kubelet is at work: the buffers (the request's with them) serve another
+        // request meanwhile.
         s.lend_while(conn.readable())
             .await
             .map_err(Exchange::Stale)?;
