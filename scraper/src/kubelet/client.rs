@@ -272,33 +272,35 @@ impl Client {
             url: url.into(),
         };
         let deadline = Instant::now() + self.inner.timeout;
-        self.request(&uri, peer, deadline, self.inner.timeout).await
+        self.request(&uri, || peer, deadline, self.inner.timeout)
+            .await
     }
 
     /// GETs a node's kubelet; the whole request must finish by `deadline` (which the scrape
     /// loop sets from the scheduled start, so queueing counts against it). Errors name the
     /// node.
     pub async fn fetch(&self, target: &Target, deadline: Instant) -> Result<Body, Error> {
-        self.request(&target.uri, target.peer(), deadline, self.inner.timeout)
+        self.request(&target.uri, || target.peer(), deadline, self.inner.timeout)
             .await
     }
 
+    /// `peer` names the kubelet in an error; it is only made for one.
     async fn request(
         &self,
         uri: &Uri,
-        peer: Peer,
+        peer: impl FnOnce() -> Peer,
         deadline: Instant,
         timeout: Duration,
     ) -> Result<Body, Error> {
         let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         if !https && !self.inner.plain_http {
             return Err(Error::PlainHttpRefused {
-                peer: Box::new(peer),
+                peer: Box::new(peer()),
             });
         }
         let Some(target) = Endpoint::new(uri, https) else {
             return Err(Error::InvalidUrl {
-                url: peer.url,
+                url: peer().url,
                 reason: "no host".into(),
             });
         };
@@ -307,9 +309,9 @@ impl Client {
         let send = Box::pin(self.send(&target, https));
         match tokio::time::timeout_at(deadline, send).await {
             Ok(Ok(body)) => Ok(body),
-            Ok(Err(kind)) => Err(kind.into_error(peer)),
+            Ok(Err(kind)) => Err(kind.into_error(peer())),
             Err(_) => Err(Error::Timeout {
-                peer: Box::new(peer),
+                peer: Box::new(peer()),
                 timeout,
             }),
         }

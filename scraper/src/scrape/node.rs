@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{Period, Shared};
 use crate::inventory::NodeRecord;
-use crate::kubelet::client::{self, Body, Target, TargetError};
+use crate::kubelet::client::{self, Body, Resolver, Target, TargetError};
 use crate::kubelet::{ParseError, summary};
 use crate::point::NodeName;
 
@@ -90,6 +90,28 @@ pub(super) struct State {
     busy: Arc<tokio::sync::Mutex<()>>,
     /// Set while the node is failing.
     failing: Option<Failing>,
+    /// The kubelet URL last resolved, and the node record it was resolved from: resolved
+    /// again only when the inventory has a new record for the node.
+    target: Option<(Arc<NodeRecord>, Arc<Target>)>,
+}
+
+impl State {
+    /// The node's kubelet URL: the one resolved before while the node record is the same,
+    /// else resolved from `record` now.
+    fn target(
+        &mut self,
+        record: &Arc<NodeRecord>,
+        resolver: &Resolver,
+    ) -> Result<Arc<Target>, TargetError> {
+        if let Some((of, target)) = &self.target
+            && Arc::ptr_eq(of, record)
+        {
+            return Ok(Arc::clone(target));
+        }
+        let target = Arc::new(resolver.resolve(record)?);
+        self.target = Some((Arc::clone(record), Arc::clone(&target)));
+        Ok(target)
+    }
 }
 
 #[derive(Debug)]
@@ -191,12 +213,11 @@ pub(super) async fn scrape(
 
 async fn fetch_and_store(
     shared: &Shared,
-    record: &NodeRecord,
+    record: &Arc<NodeRecord>,
     start: Instant,
     kind: Kind,
 ) -> Result<Fetched, Error> {
     let node = &record.name;
-    let target = shared.resolver.resolve(record)?;
     let queue_limit = match kind {
         Kind::Steady => shared.request_timeout,
         Kind::Warmup { .. } => shared.resolution.max(shared.request_timeout),
@@ -208,9 +229,10 @@ async fn fetch_and_store(
     let queue_deadline = start + queue_limit;
     // One request per node at a time: a node still busy from the previous period (only
     // possible when the node order changed) is waited for, within this request's deadline.
-    let busy = {
+    let (busy, target) = {
         let mut nodes = shared.nodes.lock();
-        nodes.entry(node.clone()).or_default().busy.clone()
+        let state = nodes.entry(node.clone()).or_default();
+        (state.busy.clone(), state.target(record, &shared.resolver)?)
     };
     let _busy = tokio::time::timeout_at(queue_deadline, busy.lock_owned())
         .await
@@ -370,4 +392,57 @@ fn scrape_recovered(node: &NodeName, failures: u64) {
 /// A node left the inventory (or the node selector) and was forgotten.
 pub(super) fn forgotten(node: &NodeName) {
     tracing::debug!(node = %node, "node gone: removed from store and metrics");
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inventory::{Labels, NodeAddress};
+    use crate::kubelet::Source;
+
+    fn record(address: &str) -> Arc<NodeRecord> {
+        Arc::new(NodeRecord {
+            name: NodeName::from("n"),
+            labels: Labels::default(),
+            addresses: vec![NodeAddress {
+                kind: "InternalIP".into(),
+                address: address.into(),
+            }],
+            kubelet_port: None,
+            metrics_path: None,
+        })
+    }
+
+    #[test]
+    fn a_node_is_resolved_again_only_when_its_record_changes() {
+        let resolver = Resolver::new(
+            &["InternalIP".to_owned()],
+            10250,
+            false,
+            Source::Resource,
+            false,
+        );
+        let mut state = State::default();
+        let first = record("10.0.0.1");
+        let a = state.target(&first, &resolver).unwrap();
+        let again = state.target(&first, &resolver).unwrap();
+        assert!(
+            Arc::ptr_eq(&a, &again),
+            "the same record is not resolved again"
+        );
+        // The node moved: its new record is resolved, and the next scrape goes there.
+        let moved = record("10.0.0.2");
+        let b = state.target(&moved, &resolver).unwrap();
+        assert_eq!(b.uri.to_string(), "https://10.0.0.2:10250/metrics/resource");
+        // A record that no longer resolves fails, rather than reusing the last URL.
+        let gone = Arc::new(NodeRecord {
+            addresses: Vec::new(),
+            ..(*moved).clone()
+        });
+        assert_eq!(
+            state.target(&gone, &resolver).unwrap_err().reason(),
+            "no_address"
+        );
+    }
 }
