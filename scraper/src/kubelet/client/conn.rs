@@ -3,7 +3,8 @@
 //!
 //! A connection owns no buffers: the ciphertext read from the socket, the records written to
 //! it and the plaintext read from it live in a [`Scratch`] that a request borrows from a
-//! small shared stock while it runs. A kept-alive connection between scrapes is only the
+//! small shared stock while it runs, and gives back while it waits for the kubelet's answer
+//! ([`ScratchGuard::lend_while`]). A kept-alive connection between scrapes is only the
 //! socket and the TLS session state (keys, the handshake's outcome), a few KiB.
 
 use std::collections::HashMap;
@@ -33,8 +34,9 @@ const TLS_OUT_BYTES: usize = 4 * 1024;
 /// Each read from a plain-HTTP connection asks for this much.
 const PLAIN_READ_BYTES: usize = 16 * 1024;
 
-/// Scratch buffers kept for the next requests; requests beyond that many at once get fresh
-/// ones, freed when they finish.
+/// Scratch buffers kept for the next requests; requests beyond that many at once (writing,
+/// reading or connecting: waiting for an answer holds none) get fresh ones, freed when they
+/// finish.
 pub(super) const SPARE_SCRATCH: usize = 8;
 
 /// A plaintext buffer that grew beyond this is not kept in the stock.
