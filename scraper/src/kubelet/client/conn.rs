@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
+#[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -143,7 +144,8 @@ impl Scratch {
 #[derive(Default)]
 pub(super) struct Scratches {
     spare: Mutex<Vec<Scratch>>,
-    /// How many were ever made (the stock was empty).
+    /// How many were ever made (the stock was empty), for the tests.
+    #[cfg(test)]
     made: AtomicUsize,
 }
 
@@ -158,6 +160,7 @@ impl Scratches {
 
     fn pop(&self) -> Scratch {
         self.spare.lock().pop().unwrap_or_else(|| {
+            #[cfg(test)]
             self.made.fetch_add(1, Ordering::Relaxed);
             Scratch::new()
         })
