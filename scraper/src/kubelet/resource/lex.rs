@@ -39,14 +39,17 @@ static CLASS: [u8; 256] = {
     table
 };
 
+#[inline(always)]
 pub(super) fn is(class: u8, b: u8) -> bool {
     CLASS[b as usize] & class != 0
 }
 
+#[inline(always)]
 pub(super) fn is_blank(b: u8) -> bool {
     is(BLANK, b)
 }
 
+#[inline(always)]
 pub(super) fn skip_blanks(b: &[u8], mut pos: usize, end: usize) -> usize {
     while pos < end && is_blank(b[pos]) {
         pos += 1;
@@ -56,6 +59,7 @@ pub(super) fn skip_blanks(b: &[u8], mut pos: usize, end: usize) -> usize {
 
 /// The first `"` or `\\` in `b[from..end]`, eight bytes at a time (SWAR): label values
 /// are 5 to 60 bytes, too short for a SIMD search to pay for its setup.
+#[inline(always)]
 pub(super) fn find_quote(b: &[u8], from: usize, end: usize) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;

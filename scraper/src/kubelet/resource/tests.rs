@@ -532,6 +532,52 @@ fn exact_family_names_only() {
     assert_eq!(scrape, NodeScrape::default());
 }
 
+/// Each family that is read is recognised by its whole name followed by `{`, a space or a
+/// tab, and by nothing else: not a name one byte longer or shorter, nor one that differs in
+/// any single byte (a line that is not recognised is skipped, leaving the scrape as it was).
+#[test]
+fn each_family_is_recognised_by_its_whole_name() {
+    const NAMES: [&str; 7] = [
+        "node_cpu_usage_seconds_total",
+        "node_memory_working_set_bytes",
+        "node_swap_usage_bytes",
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "container_start_time_seconds",
+        "container_swap_usage_bytes",
+    ];
+    const LABELS: &str = "{container=\"c\",namespace=\"n\",pod=\"p\"}";
+    let base = format!(
+        "node_memory_working_set_bytes 7 1000\ncontainer_memory_working_set_bytes{LABELS} 7 1000\n"
+    );
+    let with = |name: &str, after: &str| {
+        let labels = if name.starts_with("container_") { LABELS } else { "" };
+        let body = format!("{base}{name}{labels}{after}5 1000\n");
+        parse(body.as_bytes(), 0).map(|s| format!("{s:?}"))
+    };
+    let unchanged = Ok(format!("{:?}", parse(base.as_bytes(), 0).expect("parses")));
+    for name in NAMES {
+        for after in [" ", "\t", "  "] {
+            assert_ne!(with(name, after), unchanged, "{name:?} then {after:?} is read");
+        }
+        if name.starts_with("container_") {
+            // `{` right after the name: the labels are the separator.
+            let body = format!("{base}{name}{LABELS} 5 1000\n");
+            let read = parse(body.as_bytes(), 0).map(|s| format!("{s:?}"));
+            assert_ne!(read, unchanged, "{name:?}{{...}} is read");
+        }
+        let mut variants = vec![format!("{name}x"), name[..name.len() - 1].to_string()];
+        for at in 0..name.len() {
+            let mut changed = name.as_bytes().to_vec();
+            changed[at] = if changed[at] == b'q' { b'z' } else { b'q' };
+            variants.push(String::from_utf8(changed).expect("ascii"));
+        }
+        for variant in variants {
+            assert_eq!(with(&variant, " "), unchanged, "{variant:?} is not read");
+        }
+    }
+}
+
 #[test]
 fn crlf_line_endings_are_tolerated() {
     let crlf = NORMAL.replace('\n', "\r\n");
