@@ -184,7 +184,12 @@ pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(Option<
         return None;
     }
     if digits > 15 {
-        return Some((None, start + pos));
+        let value = if digits <= 19 {
+            long_decimal(mantissa, exponent)
+        } else {
+            None
+        };
+        return Some((value, start + pos));
     }
     // 15 digits are below 2^53, so `mantissa as f64` is exact.
     let m = mantissa as f64;
@@ -194,6 +199,61 @@ pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(Option<
         _ => None,
     };
     Some((value, start + pos))
+}
+
+/// `mantissa * 10^exponent` correctly rounded (to nearest, ties to even, as Go's
+/// `strconv.ParseFloat` and the standard library round), for the 16 to 19 digits that
+/// Clinger's fast path cannot take: the kubelet's nanosecond start times
+/// (`1.7645807605001578e+09`). The exact value is a ratio of integers that fit in 128 bits,
+/// so it is computed exactly (an integer, or a quotient of 54 bits or more and whether a
+/// remainder was left) and rounded once. `None` (the standard library's parser then reads
+/// the text) outside what 128 bits hold exactly.
+fn long_decimal(mantissa: u64, exponent: i64) -> Option<f64> {
+    let exact = match exponent {
+        0..=19 => {
+            let n = u128::from(mantissa).checked_mul(10u128.checked_pow(exponent as u32)?)?;
+            (n, false, 0)
+        }
+        -27..=-1 => {
+            // 10^27 < 2^90: the quotient of `mantissa * 2^64` keeps at least 54 bits when
+            // the mantissa has 16 digits or more and the power is not too large; otherwise
+            // the standard library's parser takes it.
+            let divisor = 10u128.checked_pow((-exponent) as u32)?;
+            let scaled = u128::from(mantissa) << 64;
+            (scaled / divisor, scaled % divisor != 0, -64)
+        }
+        _ => return None,
+    };
+    round_to_f64(exact.0, exact.1, exact.2)
+}
+
+/// The double nearest `q * 2^scale` (ties to even), `inexact` saying that the true value is
+/// a little above `q * 2^scale` (a remainder was dropped). `None` when `q` has fewer than 54
+/// bits and is inexact (too few bits to round from) or when the result would not be a
+/// normal double.
+fn round_to_f64(q: u128, inexact: bool, scale: i32) -> Option<f64> {
+    let bits = 128 - q.leading_zeros() as i32;
+    let (mantissa, shift) = if bits <= 53 {
+        if inexact {
+            return None;
+        }
+        (q as u64, 0)
+    } else {
+        let shift = bits - 53;
+        let mantissa = (q >> shift) as u64;
+        let dropped = q & ((1u128 << shift) - 1);
+        let half = 1u128 << (shift - 1);
+        let up = dropped > half || (dropped == half && (inexact || mantissa & 1 == 1));
+        (mantissa + u64::from(up), shift)
+    };
+    // `mantissa` has at most 54 bits (2^53 after rounding up), exact as a double; scaling
+    // by a power of two within the normal range is exact too.
+    let exponent = shift + scale;
+    if !(-1022..=1023).contains(&exponent) {
+        return None;
+    }
+    let power = f64::from_bits(((exponent + 1023) as u64) << 52);
+    Some(mantissa as f64 * power)
 }
 
 /// A Prometheus timestamp (integer Unix ms, optional `+`) at `b[start..]`, in Unix ns, and
@@ -234,6 +294,80 @@ mod tests {
                 let mut chunk = *b"12345678";
                 chunk[at] = bad;
                 assert_eq!(eight_digits(&chunk, 0), None, "{bad:#x} at {at}");
+            }
+        }
+    }
+
+    /// What `parse_float` reads `text` as, the standard parser finishing what it leaves.
+    fn read(text: &str) -> Option<f64> {
+        let (value, end) = parse_float(text.as_bytes(), 0, text.len())?;
+        value.or_else(|| text[..end].parse().ok())
+    }
+
+    #[test]
+    fn long_decimals_round_as_the_standard_parser_does() {
+        let cases = [
+            // The kubelet's nanosecond start times, as the comparison's fixture has them.
+            "1.7645807605001578e+09",
+            "1.76444698622967e+09",
+            "1.7643759145966237e+09",
+            "1764580760.5001578",
+            // Ties between two doubles: to even, and up when anything follows.
+            "9007199254740993",
+            "9007199254740995",
+            "9007199254740993.0",
+            "900719925474099.3e1",
+            "9007199254740993000",
+            "18014398509481986",
+            "18014398509481990",
+            // 19 digits, the most a u64 holds; powers at the edges of the exact path.
+            "9999999999999999999",
+            "1844674407370955161.5",
+            "1.234567890123456789e-27",
+            "1.234567890123456789e+19",
+            "1234567890123456789e19",
+            "0.0000000000000000000",
+            "0000000000000000001",
+        ];
+        for text in cases {
+            let expected: f64 = text.parse().expect("a number");
+            assert_eq!(
+                read(text).map(f64::to_bits),
+                Some(expected.to_bits()),
+                "{text}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// 16 to 19 significant digits, the point anywhere, an optional exponent: the same
+        /// double as the standard library's parser (and so as Go's), bit for bit.
+        #[test]
+        fn long_decimals_agree_with_the_standard_parser(
+            digits in "[1-9][0-9]{15,18}",
+            point in 0usize..20,
+            exponent in proptest::option::of(-30i32..30),
+        ) {
+            let point = point.min(digits.len());
+            let mut text = format!("{}.{}", &digits[..point], &digits[point..]);
+            if let Some(e) = exponent {
+                text.push_str(&format!("e{e:+03}"));
+            }
+            let expected: f64 = text.parse().expect("a number");
+            proptest::prop_assert_eq!(read(&text).map(f64::to_bits), Some(expected.to_bits()), "{}", text);
+        }
+
+        /// On and beside the halfway points between two doubles: `2^53 + 2j + 1` (times a
+        /// power of two) lies exactly between two of them, its neighbours just off it.
+        #[test]
+        fn ties_agree_with_the_standard_parser(j in 0u64..(1 << 52), shift in 0u32..11, off in -1i64..2) {
+            let m = ((1u64 << 53) + 2 * j + 1).wrapping_shl(shift).wrapping_add_signed(off);
+            let digits = m.to_string();
+            for text in [digits.clone(), format!("{digits}e0"), format!("{}.{}e{}", &digits[..1], &digits[1..], digits.len() - 1)] {
+                let expected: f64 = text.parse().expect("a number");
+                proptest::prop_assert_eq!(read(&text).map(f64::to_bits), Some(expected.to_bits()), "{}", text);
             }
         }
     }

@@ -551,14 +551,22 @@ fn each_family_is_recognised_by_its_whole_name() {
         "node_memory_working_set_bytes 7 1000\ncontainer_memory_working_set_bytes{LABELS} 7 1000\n"
     );
     let with = |name: &str, after: &str| {
-        let labels = if name.starts_with("container_") { LABELS } else { "" };
+        let labels = if name.starts_with("container_") {
+            LABELS
+        } else {
+            ""
+        };
         let body = format!("{base}{name}{labels}{after}5 1000\n");
         parse(body.as_bytes(), 0).map(|s| format!("{s:?}"))
     };
     let unchanged = Ok(format!("{:?}", parse(base.as_bytes(), 0).expect("parses")));
     for name in NAMES {
         for after in [" ", "\t", "  "] {
-            assert_ne!(with(name, after), unchanged, "{name:?} then {after:?} is read");
+            assert_ne!(
+                with(name, after),
+                unchanged,
+                "{name:?} then {after:?} is read"
+            );
         }
         if name.starts_with("container_") {
             // `{` right after the name: the labels are the separator.
