@@ -209,7 +209,7 @@ pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(Option<
 /// remainder was left) and rounded once. `None` (the standard library's parser then reads
 /// the text) outside what 128 bits hold exactly.
 fn long_decimal(mantissa: u64, exponent: i64) -> Option<f64> {
-    let exact = match exponent {
+    let (q, inexact, scale) = match exponent {
         0..=19 => {
             let n = u128::from(mantissa).checked_mul(10u128.checked_pow(exponent as u32)?)?;
             (n, false, 0)
@@ -224,7 +224,7 @@ fn long_decimal(mantissa: u64, exponent: i64) -> Option<f64> {
         }
         _ => return None,
     };
-    round_to_f64(exact.0, exact.1, exact.2)
+    round_to_f64(q, inexact, scale)
 }
 
 /// The double nearest `q * 2^scale` (ties to even), `inexact` saying that the true value is
