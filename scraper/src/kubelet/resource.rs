@@ -6,8 +6,10 @@
 //! looks like a metric line or a comment, so an HTML error page or garbage fails the node.
 //!
 //! The parser is hand-written for speed (see `BENCHMARKS.md`, section Parse): the body is
-//! UTF-8 validated once, lines are found with `memchr`, bytes are classified by table
-//! (`lex`), digit runs are read eight bytes at a time, and label values are borrowed from
+//! UTF-8 validated once (SIMD), lines are found with `memchr`, a line's family is picked by
+//! the bytes that tell the names apart, bytes are classified by table (`lex`), digit runs
+//! are read eight bytes at a time, decimals of up to 19 digits are rounded exactly without
+//! the standard library's parser, and label values are borrowed from
 //! the body (`Cow::Owned` only when a value has escapes). A series that repeats the label
 //! text of the container expected next is merged without parsing its labels. The only
 //! allocations are the output `Vec`, the label-text `Vec` and the hash index that merges the

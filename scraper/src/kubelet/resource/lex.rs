@@ -1,6 +1,10 @@
 //! Byte-level scanning for the `/metrics/resource` parser: character classes, the quote
 //! search, and the number parsers. Positions are indices into the whole body so errors can
 //! carry a byte offset.
+//!
+//! The small scanners run for every line and are `#[inline(always)]`: left to the compiler,
+//! a change elsewhere in the parser made it call them instead, ~14k instructions a body
+//! (`BENCHMARKS.md`, "The parser's per-line work").
 
 /// Byte classes, one table lookup per byte on the hot loops.
 pub(super) const BLANK: u8 = 1;
