@@ -458,6 +458,44 @@ fn families_out_of_order_and_interleaved_still_merge() {
     );
 }
 
+/// Containers in the kubelet's order (ascending container, namespace, pod) need no index;
+/// the first out of that order (here a repeat, then a new one below the last) builds it,
+/// and every container found after that, by any label text, is the same one.
+#[test]
+fn containers_out_of_the_kubelet_s_order_merge_by_their_labels() {
+    let body = "container_cpu_usage_seconds_total{container=\"a\",namespace=\"n\",pod=\"p1\"} 1 1\n\
+                container_cpu_usage_seconds_total{container=\"a\",namespace=\"n\",pod=\"p2\"} 2 1\n\
+                container_cpu_usage_seconds_total{container=\"b\",namespace=\"n\",pod=\"p1\"} 3 1\n\
+                container_cpu_usage_seconds_total{pod=\"p2\",namespace=\"n\",container=\"a\"} 4 1\n\
+                container_cpu_usage_seconds_total{container=\"a\",namespace=\"m\",pod=\"p9\"} 5 1\n\
+                container_memory_working_set_bytes{container=\"a\",namespace=\"n\",pod=\"p1\"} 10 1\n\
+                container_memory_working_set_bytes{namespace=\"n\",pod=\"p1\",container=\"b\"} 30 1\n\
+                container_memory_working_set_bytes{container=\"a\",namespace=\"m\",pod=\"p9\"} 50 1\n\
+                container_memory_working_set_bytes{container=\"z\",namespace=\"n\",pod=\"p1\"} 60 1\n";
+    let scrape = parse(body.as_bytes(), 0).expect("parses");
+    let got: Vec<_> = scrape
+        .containers
+        .iter()
+        .map(|c| {
+            (
+                (c.namespace.as_ref(), c.pod.as_ref(), c.container.as_ref()),
+                c.sample.cpu_usage_ns_total.map(|ns| ns / 1_000_000_000),
+                c.sample.memory_working_set_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (("n", "p1", "a"), Some(1), Some(10)),
+            (("n", "p2", "a"), Some(4), None),
+            (("n", "p1", "b"), Some(3), Some(30)),
+            (("m", "p9", "a"), Some(5), Some(50)),
+            (("n", "p1", "z"), None, Some(60)),
+        ]
+    );
+}
+
 #[test]
 fn go_float_syntax_is_accepted() {
     for (text, ns) in [
@@ -766,8 +804,17 @@ fn the_merge_index_is_seeded_per_parse() {
     // colliding keys.
     use std::hash::BuildHasher;
     let key = ("sleeper", "sleeper-1-77f658b69-2msf9", "c");
-    let a = Containers::with_capacity(0).index.hasher().hash_one(key);
-    let b = Containers::with_capacity(0).index.hasher().hash_one(key);
+    let index = || {
+        let mut containers = Containers::with_capacity(0);
+        for (pod, span) in [("b", &b"{b}"[..]), ("a", b"{a}")] {
+            containers.find_or_insert(("n".into(), pod.into(), "c".into()), span, 0);
+        }
+        containers
+            .index
+            .expect("built at the first key out of order")
+    };
+    let a = index().hasher().hash_one(key);
+    let b = index().hasher().hash_one(key);
     assert_ne!(a, b);
 }
 
@@ -789,6 +836,20 @@ fn float_fast_path_agrees_with_the_standard_parser() {
             _ => {}
         }
         let std: Option<f64> = text.parse().ok();
+        // The same token inside a line (a timestamp after it), and cut by the line's end
+        // with digits after that: read the same, to the same end.
+        let in_line = format!("x {text} 1764590403370\n");
+        let cut = format!("{text}123456789");
+        assert_eq!(
+            parse_float(in_line.as_bytes(), 2, in_line.len() - 1).map(|(v, end)| (v, end - 2)),
+            parse_float(text.as_bytes(), 0, text.len()),
+            "{text}"
+        );
+        assert_eq!(
+            parse_float(cut.as_bytes(), 0, text.len()),
+            parse_float(text.as_bytes(), 0, text.len()),
+            "{text}"
+        );
         match parse_float(text.as_bytes(), 0, text.len()) {
             Some((Some(v), end)) => {
                 assert_eq!(end, text.len());
