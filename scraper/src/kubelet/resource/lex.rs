@@ -213,18 +213,28 @@ pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(Option<
 /// remainder was left) and rounded once. `None` (the standard library's parser then reads
 /// the text) outside what 128 bits hold exactly.
 fn long_decimal(mantissa: u64, exponent: i64) -> Option<f64> {
-    let (q, inexact, scale) = match exponent {
-        0..=19 => {
-            let n = u128::from(mantissa).checked_mul(10u128.checked_pow(exponent as u32)?)?;
-            (n, false, 0)
+    /// 10^0 to 10^27, as u128.
+    const POW10: [u128; 28] = {
+        let mut table = [1u128; 28];
+        let mut i = 1;
+        while i < 28 {
+            table[i] = table[i - 1] * 10;
+            i += 1;
         }
+        table
+    };
+    let (q, inexact, scale) = match exponent {
+        // `mantissa < 2^64` and `10^19 < 2^64`: the product fits.
+        0..=19 => (u128::from(mantissa) * POW10[exponent as usize], false, 0),
         -27..=-1 => {
             // 10^27 < 2^90: the quotient of `mantissa * 2^64` keeps at least 54 bits when
             // the mantissa has 16 digits or more and the power is not too large; otherwise
-            // the standard library's parser takes it.
-            let divisor = 10u128.checked_pow((-exponent) as u32)?;
+            // the standard library's parser takes it. One division; the remainder is what
+            // the quotient times the divisor falls short by.
+            let divisor = POW10[(-exponent) as usize];
             let scaled = u128::from(mantissa) << 64;
-            (scaled / divisor, scaled % divisor != 0, -64)
+            let q = scaled / divisor;
+            (q, q * divisor != scaled, -64)
         }
         _ => return None,
     };
