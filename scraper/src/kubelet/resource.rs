@@ -100,10 +100,10 @@ enum Family {
 }
 
 /// The family a line starts with and the length of its name, when it is one that is read
-/// or the kubelet's pod families that are not (`Other`): the exact name followed by `{`, a
-/// space or a tab. Every line is looked at here, so the
-/// candidate is picked by the bytes that tell the names apart and then compared whole, with
-/// its length known to the compiler (inline compares, no `memcmp` call per candidate).
+/// or one of the kubelet's pod families, which are not (`Other`): the exact name followed by
+/// `{`, a space or a tab. Every line is looked at here, so the candidate is picked by the
+/// bytes that tell the names apart and then compared whole, with its length known to the
+/// compiler (inline compares, no `memcmp` call per candidate).
 fn known_family(line: &[u8]) -> Option<(Family, usize)> {
     if let Some(rest) = line.strip_prefix(b"container_") {
         match rest {
