@@ -43,7 +43,8 @@ const USAGE: &str = "usage: scale [--nodes N[,N...]] [--pods-per-node P] [--cont
 [--resolution 15s] [--duration 120s] [--warmup-periods 2] [--lists 5] \
 [--setup-timeout 900s] [--kubelet-processes K] [--kubelet-sched normal|idle] [--server-bin PATH] [--server-arg FLAG]... \
 [--hpa-rates 1000,10000] [--hpa-connections 64] [--hpa-duration 10s] [--hpa-arrivals ticks|even] \
-[--hpa-server-share] [--protocol http1|h2] [--hpa-h2-connections 1] [--hpa-list-beside protobuf|json]";
+[--hpa-server-share] [--protocol http1|h2] [--hpa-h2-connections 1] [--hpa-list-beside protobuf|json] \
+[--beside-bin PATH]";
 
 fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
     let server_bin = std::env::current_exe()
@@ -75,6 +76,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
         protocol: Protocol::Http1,
         hpa_h2_connections: 1,
         hpa_list_beside: None,
+        beside_bin: None,
     };
     parse_flags(args, USAGE, |flag, value| {
         match flag {
@@ -97,6 +99,7 @@ fn parse(args: Vec<String>) -> anyhow::Result<(Vec<usize>, Options)> {
             "--setup-timeout" => o.setup_timeout = duration(&value()?)?,
             "--server-bin" => o.server_bin = PathBuf::from(value()?),
             "--server-arg" => o.server_args.push(value()?),
+            "--beside-bin" => o.beside_bin = Some(PathBuf::from(value()?)),
             "--hpa-rates" => {
                 o.hpa_rates = value()?
                     .split(',')

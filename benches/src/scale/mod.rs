@@ -69,6 +69,20 @@ pub struct Options {
     pub hpa_arrivals: hpa::Arrivals,
     /// Also time each HPA-shaped exchange from the kernel's view ([`tcpprobe`]).
     pub hpa_server_share: bool,
+    /// A second server binary, started beside the first against the same kubelets and
+    /// measured over the same window (its CPU and resident memory per node, and its CPU as a
+    /// ratio of the first's): two builds compared in the same minutes, on a machine whose
+    /// speed drifts from one minute to the next. The lists and HPA-shaped phases ask the
+    /// first server only.
+    pub beside_bin: Option<PathBuf>,
+}
+
+/// The second server of [`Options::beside_bin`].
+struct Beside {
+    bin: PathBuf,
+    server: Server,
+    proc: Proc,
+    client: Client,
 }
 
 /// The `main` of a harness binary: exits 64 when the flags did not parse, else runs
@@ -369,6 +383,33 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         server.args.join(" ")
     );
     let mut client = Client::speaking(server.addr, &front_proxy.identity, options.protocol)?;
+    let mut beside = match &options.beside_bin {
+        Some(bin) => {
+            let work = cluster.workdir(&format!("scale-{n}-beside-"))?;
+            let server = Server::start(
+                bin,
+                &work.kubeconfig,
+                &work.dir,
+                &resolution_arg,
+                &options.server_args,
+            )?;
+            println!(
+                "  beside it, server pid {} on {}: {}",
+                server.pid(),
+                server.addr,
+                bin.display()
+            );
+            let client =
+                Client::speaking(server.addr, &work.front_proxy.identity, options.protocol)?;
+            Some(Beside {
+                bin: bin.clone(),
+                proc: Proc::pid(server.pid()),
+                server,
+                client,
+            })
+        }
+        None => None,
+    };
 
     // Set-up ends when every node has usage (two scrapes each).
     let nodes_path = "/apis/metrics.k8s.io/v1/nodes";
@@ -387,6 +428,20 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         setup_server.as_secs_f64(),
         mib(server_proc.rss_bytes()?)
     );
+    if let Some(b) = &mut beside {
+        wait_for_every_node(
+            &mut b.client,
+            &mut b.server,
+            n,
+            deadline.saturating_duration_since(Instant::now()),
+            Duration::from_secs(1),
+        )
+        .await?;
+        println!(
+            "  beside: every node has usage {:.1} s after the servers started",
+            t_server.elapsed().as_secs_f64()
+        );
+    }
     wait_for_steady_periods(
         &mut client,
         options.warmup_periods,
@@ -394,6 +449,15 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         deadline.saturating_duration_since(Instant::now()),
     )
     .await?;
+    if let Some(b) = &mut beside {
+        wait_for_steady_periods(
+            &mut b.client,
+            options.warmup_periods,
+            options.resolution,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+        .await?;
+    }
     println!(
         "  steady: {} full period(s) done since the warm-up ended, {:.1} s after the server started",
         options.warmup_periods,
@@ -406,6 +470,13 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let periods_before = periods_completed(&metrics_before.1, options.resolution);
     let fleet_before = cluster.fleet.counts()?;
     let server_cpu_before = server_proc.cpu_seconds()?;
+    let beside_before = match &mut beside {
+        Some(b) => Some((
+            b.proc.cpu_seconds()?,
+            scrape_counters(&b.client.text("/metrics").await?.1),
+        )),
+        None => None,
+    };
     // The harness's CPU: this process and the kubelet processes, if any.
     let harness_procs: Vec<Proc> = std::iter::once(me.clone())
         .chain(cluster.fleet.pids().into_iter().map(Proc::pid))
@@ -426,6 +497,14 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     }
     let window = window_start.elapsed();
     let server_cpu = server_proc.cpu_seconds()? - server_cpu_before;
+    // The second server's CPU and scrapes, read together right after the first's CPU.
+    let beside_after = match &mut beside {
+        Some(b) => Some((
+            b.proc.cpu_seconds()?,
+            scrape_counters(&b.client.text("/metrics").await?.1),
+        )),
+        None => None,
+    };
     let harness_cpu = harness_cpu_of()? - harness_cpu_before;
     let machine_after = procfs::machine_ticks()?;
     let fleet_after = cluster.fleet.counts()?;
@@ -477,6 +556,36 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         "    periods: {periods} completed in the window ({periods_expected} due), {periods_in_time} of them within the resolution, {} late",
         periods - periods_in_time
     );
+
+    let beside_json = match (&beside, beside_before, beside_after) {
+        (Some(b), Some((cpu_before, before)), Some((cpu_after, after))) => {
+            let cpu = cpu_after - cpu_before;
+            let (ok, failed) = (
+                after.0.saturating_sub(before.0),
+                after.1.saturating_sub(before.1),
+            );
+            let per_node = cpu / secs * 1000.0 / n as f64;
+            // Per scrape: the two windows may hold a slice's scrapes more or less.
+            let per_scrape = |cpu: f64, scrapes: u64| cpu / scrapes.max(1) as f64 * 1e6;
+            let (us, first_us) = (per_scrape(cpu, ok), per_scrape(server_cpu, scrapes_ok));
+            let ratio = us / first_us.max(f64::MIN_POSITIVE);
+            let kib = b.proc.rss_bytes()? as f64 / 1024.0 / n as f64;
+            println!(
+                "    beside ({}): server CPU {cpu:.2} s = {per_node:.5} millicores per node; {us:.1} us a scrape against the first's {first_us:.1}: {ratio:.3}x; RSS {kib:.1} KiB per node (end); scrapes: {ok} ok, {failed} failed",
+                b.bin.display()
+            );
+            if ok == 0 || failed > 0 {
+                bail!("the server beside: scrapes in the window: {ok} ok, {failed} failed");
+            }
+            json!({
+                "server_bin": b.bin.display().to_string(), "server_cpu_s": cpu,
+                "server_millicores_per_node": per_node, "server_cpu_us_per_scrape": us,
+                "first_server_cpu_us_per_scrape": first_us, "cpu_per_scrape_ratio_to_first": ratio,
+                "server_kib_per_node": kib, "scrapes": {"ok": ok, "failed": failed},
+            })
+        }
+        _ => serde_json::Value::Null,
+    };
 
     // What a working harness shows whatever the machine's speed: scrapes succeed and none
     // fail on a cluster of healthy kubelets (so a smoke run fails when something broke).
@@ -686,6 +795,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
         "server_millicores_per_node": server_millicores / n as f64,
         "scrapes": {"ok": scrapes_ok, "failed": scrapes_failed, "follow_ups": follow_ups, "served": served, "expected": expected, "body_bytes_each": body_bytes_per_scrape},
         "harness_millicores": harness_millicores, "machine_busy_share": machine_busy,
+        "beside": beside_json,
         "periods": {"completed": periods, "within_resolution": periods_in_time, "due": periods_expected},
         "lists": lists,
         "hpa": hpa_runs,
