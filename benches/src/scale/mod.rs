@@ -85,6 +85,14 @@ struct Beside {
     client: Client,
 }
 
+impl Beside {
+    /// Its CPU seconds so far and its scrape counters (ok, failed), read together.
+    async fn reading(&mut self) -> anyhow::Result<(f64, (u64, u64))> {
+        let cpu = self.proc.cpu_seconds()?;
+        Ok((cpu, scrape_counters(&self.client.text("/metrics").await?.1)))
+    }
+}
+
 /// The `main` of a harness binary: exits 64 when the flags did not parse, else runs
 /// `run(options, nodes)` for each size on one multi-threaded runtime, printing
 /// `RESULT {json}` per size; fails if any size failed.
@@ -471,10 +479,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let fleet_before = cluster.fleet.counts()?;
     let server_cpu_before = server_proc.cpu_seconds()?;
     let beside_before = match &mut beside {
-        Some(b) => Some((
-            b.proc.cpu_seconds()?,
-            scrape_counters(&b.client.text("/metrics").await?.1),
-        )),
+        Some(b) => Some(b.reading().await?),
         None => None,
     };
     // The harness's CPU: this process and the kubelet processes, if any.
@@ -499,10 +504,7 @@ pub async fn run(options: Options) -> anyhow::Result<serde_json::Value> {
     let server_cpu = server_proc.cpu_seconds()? - server_cpu_before;
     // The second server's CPU and scrapes, read together right after the first's CPU.
     let beside_after = match &mut beside {
-        Some(b) => Some((
-            b.proc.cpu_seconds()?,
-            scrape_counters(&b.client.text("/metrics").await?.1),
-        )),
+        Some(b) => Some(b.reading().await?),
         None => None,
     };
     let harness_cpu = harness_cpu_of()? - harness_cpu_before;
