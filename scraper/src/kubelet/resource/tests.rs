@@ -44,6 +44,23 @@ fn pods(scrape: &NodeScrape<'_>) -> BTreeSet<(String, String)> {
         .collect()
 }
 
+/// Each container's key, CPU (whole seconds) and memory, in the order the parse found them.
+type Merged<'s> = Vec<((&'s str, &'s str, &'s str), Option<u64>, Option<u64>)>;
+
+fn merged<'s>(scrape: &'s NodeScrape<'_>) -> Merged<'s> {
+    scrape
+        .containers
+        .iter()
+        .map(|c| {
+            (
+                (c.namespace.as_ref(), c.pod.as_ref(), c.container.as_ref()),
+                c.sample.cpu_usage_ns_total.map(|ns| ns / 1_000_000_000),
+                c.sample.memory_working_set_bytes,
+            )
+        })
+        .collect()
+}
+
 fn keys_unique(scrape: &NodeScrape<'_>) -> bool {
     let keys: BTreeSet<_> = scrape
         .containers
@@ -438,22 +455,11 @@ fn families_out_of_order_and_interleaved_still_merge() {
                 container_cpu_usage_seconds_total{container=\"b\",namespace=\"n\",pod=\"p\"} 4 1\n\
                 container_cpu_usage_seconds_total{container=\"b\",namespace=\"n\",pod=\"p\"} 5 1\n";
     let scrape = parse(body.as_bytes(), 0).expect("parses");
-    let got: Vec<_> = scrape
-        .containers
-        .iter()
-        .map(|c| {
-            (
-                c.container.as_ref(),
-                c.sample.cpu_usage_ns_total,
-                c.sample.memory_working_set_bytes,
-            )
-        })
-        .collect();
     assert_eq!(
-        got,
+        merged(&scrape),
         [
-            ("b", Some(5_000_000_000), Some(2)),
-            ("a", Some(1_000_000_000), Some(3))
+            (("n", "p", "b"), Some(5), Some(2)),
+            (("n", "p", "a"), Some(1), Some(3))
         ]
     );
 }
@@ -473,19 +479,8 @@ fn containers_out_of_the_kubelet_s_order_merge_by_their_labels() {
                 container_memory_working_set_bytes{container=\"a\",namespace=\"m\",pod=\"p9\"} 50 1\n\
                 container_memory_working_set_bytes{container=\"z\",namespace=\"n\",pod=\"p1\"} 60 1\n";
     let scrape = parse(body.as_bytes(), 0).expect("parses");
-    let got: Vec<_> = scrape
-        .containers
-        .iter()
-        .map(|c| {
-            (
-                (c.namespace.as_ref(), c.pod.as_ref(), c.container.as_ref()),
-                c.sample.cpu_usage_ns_total.map(|ns| ns / 1_000_000_000),
-                c.sample.memory_working_set_bytes,
-            )
-        })
-        .collect();
     assert_eq!(
-        got,
+        merged(&scrape),
         [
             (("n", "p1", "a"), Some(1), Some(10)),
             (("n", "p2", "a"), Some(4), None),
