@@ -190,8 +190,20 @@ fn optional_header_fields_are_skipped_and_a_header_crc_checked() {
 }
 
 #[test]
-fn the_deflate_state_is_kept_for_the_next_body_on_the_thread() {
+fn a_kubelet_s_body_is_inflated_in_one_call_and_keeps_no_zlib_state() {
     let body = gz(&text(30), 6);
+    assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), text(30));
+    assert!(
+        ONE_SHOT.with(|d| d.borrow().is_some()),
+        "kept for the next body"
+    );
+    assert!(SPARE.with(|s| s.borrow().is_none()), "zlib never needed");
+}
+
+#[test]
+fn the_zlib_state_is_kept_for_the_next_body_on_the_thread() {
+    let mut body = gz(&text(30), 6);
+    body.extend(gz(b"", 6));
     gunzip(&body, 1 << 20).unwrap().unwrap();
     assert!(
         SPARE.with(|s| s.borrow().is_some()),
@@ -204,4 +216,61 @@ fn the_deflate_state_is_kept_for_the_next_body_on_the_thread() {
     // A body cut short or corrupt leaves a state that the next body resets.
     let _ = gunzip(&body[..body.len() / 2], 1 << 20);
     assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), text(30));
+}
+
+#[test]
+fn members_with_the_same_text_are_not_read_as_one() {
+    // The last member's trailer matches the first's data: only the second header inside
+    // the data tells them apart.
+    for level in [0, 6] {
+        let body = [gz(b"x\n", level), gz(b"x\n", level)].concat();
+        assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), b"x\nx\n");
+    }
+}
+
+#[test]
+fn a_member_whose_data_holds_a_gzip_header_s_bytes_inflates_whole() {
+    // Stored (level 0), the text's own bytes are the data: a header's first three among them.
+    let plain = [&text(3)[..], b"\x1f\x8b\x08 not a member", &text(3)[..]].concat();
+    let body = gz(&plain, 0);
+    assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), plain);
+}
+
+/// [`gunzip`] through zlib's streaming reader alone.
+fn streaming(input: &[u8], limit: usize) -> Result<Option<Vec<u8>>, GzipError> {
+    let mut inflate = Inflate::new(input, limit);
+    inflate.gunzip.tried = true;
+    loop {
+        match inflate.run(input)? {
+            Need::Nothing => return Ok(Some(inflate.into_inner())),
+            Need::OverLimit => return Ok(None),
+            Need::Room(capacity) => inflate.grow(capacity),
+        }
+    }
+}
+
+proptest! {
+    /// One call or the streaming reader, a body reads the same: the same text, the same
+    /// limit, the same error, whatever was cut, flipped or added.
+    #[test]
+    fn one_call_and_the_streaming_reader_agree_on_any_body(
+        parts in prop::collection::vec(prop::collection::vec(0u8..4, 0..2000), 1..3),
+        level in 0u32..10,
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..3),
+        cut in prop::option::of(any::<prop::sample::Index>()),
+        tail in prop::collection::vec(any::<u8>(), 0..3),
+        limit in 0usize..5000,
+    ) {
+        let mut body: Vec<u8> = parts.iter().flat_map(|p| gz(p, level)).collect();
+        for (at, bits) in flips {
+            let at = at.index(body.len());
+            body[at] ^= bits;
+        }
+        if let Some(cut) = cut {
+            body.truncate(cut.index(body.len() + 1));
+        }
+        body.extend(tail);
+        let (one, other) = (gunzip(&body, limit), streaming(&body, limit));
+        prop_assert_eq!(format!("{one:?}"), format!("{other:?}"));
+    }
 }
