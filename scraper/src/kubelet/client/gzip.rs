@@ -11,8 +11,8 @@
 //!
 //! A body of one member, the shape a kubelet sends, is inflated in one call to libdeflate
 //! (`libdeflater`), which decodes the whole stream into a buffer of its trailer's size with no
-//! window of its own to keep: ~25 % fewer instructions and ~1.4x the speed of zlib-rs on the
-//! kubelet's body. Any other body (several members, a size past the room, a check that fails)
+//! window of its own to keep: ~35 % fewer instructions than zlib-rs on the kubelet's body, and
+//! 11 % fewer for the whole scrape. Any other body (several members, a size past the room, a check that fails)
 //! goes through zlib's streaming reader, which also names what is wrong with a bad one.
 //!
 //! Both states are kept per thread and reused for the next body rather than allocated per
@@ -136,17 +136,11 @@ impl Gunzip {
                             let trailer = input
                                 .get(end..end.saturating_add(8))
                                 .ok_or(GzipError::Truncated)?;
-                            let word = |i: usize| {
-                                trailer
-                                    .get(i..i + 4)
-                                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                                    .map_or(0, u32::from_le_bytes)
-                            };
-                            if word(0) != crc.sum() {
+                            if word(trailer, 0) != crc.sum() {
                                 return Err(GzipError::Corrupt("CRC-32 does not match".into()));
                             }
                             // ISIZE is the length modulo 2^32, as the CRC's amount.
-                            if word(4) != crc.amount() {
+                            if word(trailer, 4) != crc.amount() {
                                 return Err(GzipError::Corrupt("length does not match".into()));
                             }
                             self.member = Member::Header(end + 8);
@@ -165,54 +159,55 @@ impl Gunzip {
     }
 }
 
-/// Inflates `input` into the spare capacity of `out` in one call when it is provably a single
-/// member whose trailer's length fits there; `false`, with `out` as it was, for any other body
-/// or any check that fails (the streaming reader then reads it from the start).
+/// Inflates `input` into the spare capacity of `out` in one call when it is provably one
+/// member whose length fits there; `false`, with `out` as it was, for any other body or any
+/// check that fails (the streaming reader then reads it from the start, and names what is
+/// wrong with a bad one).
 ///
-/// The trailer is taken from the body's last 8 bytes, so the deflate data is everything
-/// between the header and them. A second member would put its header (`1f 8b 08`) in that
-/// span, so a body with those bytes there is left to the streaming reader (a one-member body
-/// of the kubelet's size has them by chance about once in 3,000 bodies). libdeflate stops at
-/// the stream's last block, so the inflated length and CRC-32 must match the trailer's.
+/// libdeflate reads the first member and checks its CRC-32 and length against its trailer, the
+/// 8 bytes right after its deflate data, but does not say where those were. So the body's last
+/// 4 bytes must be that length, and must not appear earlier in the body after the header: then
+/// the member's length, and so its trailer, is at the body's end, and the member is the whole
+/// body. Several members, or bytes after the one, fail either check (a last length unlike the
+/// first's, or the first's appearing before the end).
 fn one_member(input: &[u8], out: &mut Vec<u8>) -> bool {
     let Ok(start) = header_len(input) else {
         return false;
     };
-    let Some((data, trailer)) = input
+    let Some(trailer) = input
         .len()
         .checked_sub(8)
-        .filter(|&end| end >= start)
-        .map(|end| input.split_at(end))
+        .filter(|&end| end > start)
+        .and_then(|end| input.get(end..))
     else {
         return false;
     };
-    let data = data.get(start..).unwrap_or_default();
-    let word = |i: usize| {
-        trailer
-            .get(i..i + 4)
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .map_or(0, u32::from_le_bytes)
-    };
-    let size = usize::try_from(word(4)).unwrap_or(usize::MAX);
+    let size = usize::try_from(word(trailer, 4)).unwrap_or(usize::MAX);
     let at = out.len();
-    if size > out.capacity() - at || memchr::memmem::find(data, &[0x1f, 0x8b, 8]).is_some() {
+    if size > out.capacity() - at {
         return false;
     }
     out.resize(at + size, 0);
     let inflated = ONE_SHOT.with(|d| {
         d.borrow_mut()
             .get_or_insert_with(Decompressor::new)
-            .deflate_decompress(data, out.get_mut(at..).unwrap_or_default())
+            .gzip_decompress(input, out.get_mut(at..).unwrap_or_default())
     });
-    let whole = inflated.is_ok_and(|n| n == size) && {
-        let mut crc = Crc::new();
-        crc.update(out.get(at..).unwrap_or_default());
-        crc.sum() == word(0)
-    };
+    let length = trailer.get(4..).unwrap_or_default();
+    let before = input.get(start..input.len() - 1).unwrap_or_default();
+    let whole = inflated.is_ok_and(|n| n == size) && memchr::memmem::find(before, length).is_none();
     if !whole {
         out.truncate(at);
     }
     whole
+}
+
+/// The little-endian word at `i` in a gzip trailer (CRC-32 at 0, ISIZE at 4).
+fn word(trailer: &[u8], i: usize) -> u32 {
+    trailer
+        .get(i..i + 4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map_or(0, u32::from_le_bytes)
 }
 
 /// The length of the gzip member header (RFC 1952) at the start of `input`.

@@ -220,8 +220,7 @@ fn the_zlib_state_is_kept_for_the_next_body_on_the_thread() {
 
 #[test]
 fn members_with_the_same_text_are_not_read_as_one() {
-    // The last member's trailer matches the first's data: only the second header inside
-    // the data tells them apart.
+    // The last member's trailer is the first's: only its appearing twice tells them apart.
     for level in [0, 6] {
         let body = [gz(b"x\n", level), gz(b"x\n", level)].concat();
         assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), b"x\nx\n");
@@ -229,11 +228,32 @@ fn members_with_the_same_text_are_not_read_as_one() {
 }
 
 #[test]
-fn a_member_whose_data_holds_a_gzip_header_s_bytes_inflates_whole() {
-    // Stored (level 0), the text's own bytes are the data: a header's first three among them.
-    let plain = [&text(3)[..], b"\x1f\x8b\x08 not a member", &text(3)[..]].concat();
-    let body = gz(&plain, 0);
-    assert_eq!(gunzip(&body, 1 << 20).unwrap().unwrap(), plain);
+fn bytes_after_a_member_are_read_as_go_reads_them_even_ending_in_its_trailer() {
+    let plain = text(30);
+    let one = gz(&plain, 6);
+    let trailer = one[one.len() - 8..].to_vec();
+    // Its trailer again: too short for a second member's header.
+    let again = [&one[..], &trailer].concat();
+    assert!(matches!(gunzip(&again, 1 << 20), Err(GzipError::Truncated)));
+    // Its own trailer broken, the right one after it: the member fails its check.
+    let mut broken = one.clone();
+    let n = broken.len();
+    broken[n - 8] ^= 1;
+    broken.extend_from_slice(&trailer);
+    assert!(matches!(
+        gunzip(&broken, 1 << 20),
+        Err(GzipError::Corrupt(_))
+    ));
+    // Bytes that are no header, then the trailer or one of the same length.
+    let mut other = trailer.clone();
+    other[0] ^= 1;
+    for last in [trailer, other] {
+        let foreign = [&one[..], b"not gzip", &last].concat();
+        assert!(matches!(
+            gunzip(&foreign, 1 << 20),
+            Err(GzipError::Corrupt(_))
+        ));
+    }
 }
 
 /// [`gunzip`] through zlib's streaming reader alone.
