@@ -28,7 +28,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderValue, StatusCode, Uri};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -498,8 +497,9 @@ impl Client {
             }
         }
         Ok(Body {
-            bytes: Bytes::from(inflate.into_inner()),
+            bytes: inflate.into_inner(),
             _budget: held,
+            inflated: true,
         })
     }
 
@@ -533,8 +533,9 @@ impl Client {
         }
         Ok((
             Body {
-                bytes: Bytes::from(buf),
+                bytes: buf,
                 _budget: held,
+                inflated: false,
             },
             clean,
         ))
@@ -590,8 +591,9 @@ impl Client {
                 let clean = rest.is_empty();
                 return Ok((
                     Body {
-                        bytes: Bytes::from(buf),
+                        bytes: buf,
                         _budget: held,
+                        inflated: false,
                     },
                     clean,
                 ));
@@ -602,8 +604,9 @@ impl Client {
                 Ok(Read::Eof) if !chunked => {
                     return Ok((
                         Body {
-                            bytes: Bytes::from(buf),
+                            bytes: buf,
                             _budget: held,
+                            inflated: false,
                         },
                         false,
                     ));
@@ -669,14 +672,18 @@ fn incomplete() -> io::Error {
 /// (after it was parsed and stored).
 #[derive(Debug)]
 pub struct Body {
-    bytes: Bytes,
+    bytes: Vec<u8>,
     _budget: OwnedSemaphorePermit,
+    /// Inflated here ([`gzip::Inflate`]): its buffer is kept for the next gzipped body on the
+    /// thread that drops it ([`gzip::keep`]).
+    inflated: bool,
 }
 
-impl Body {
-    /// The bytes.
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
+impl Drop for Body {
+    fn drop(&mut self) {
+        if self.inflated {
+            gzip::keep(std::mem::take(&mut self.bytes));
+        }
     }
 }
 

@@ -18,6 +18,9 @@
 //! Both states are kept per thread and reused for the next body rather than allocated per
 //! scrape (allocated and freed at every scrape, zlib's state and its 32 KiB window cost ~30
 //! KiB of RSS per node at 1,000 nodes in glibc's arenas); zlib's only once a body needed it.
+//! So is the last inflated body's buffer once its body is dropped ([`keep`]): the next body
+//! is written over it, with no allocation and no zeroing. That buffer is outside the bodies'
+//! byte budget (which counts each body's own size), at most [`KEEP_AT_MOST`] a thread.
 
 use std::cell::RefCell;
 
@@ -49,6 +52,21 @@ thread_local! {
     static SPARE: RefCell<Option<Decompress>> = const { RefCell::new(None) };
     /// libdeflate's decompressor (its decoding tables, ~11 KiB) for [`one_member`].
     static ONE_SHOT: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
+    /// The buffer of a body inflated on this thread and dropped ([`keep`]), for the next
+    /// [`one_member`] body: written over, not allocated and zeroed again.
+    static KEPT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The largest buffer [`keep`] keeps for the next body: a kubelet's answer is ~40 KB for 30
+/// pods, ~150 KB for 110; a larger one (at most the body limit) is freed, not held.
+pub const KEEP_AT_MOST: usize = 1 << 20;
+
+/// Keeps an inflated body's buffer, once the body is parsed and dropped, for the next body
+/// inflated on this thread (one buffer a thread, at most [`KEEP_AT_MOST`] bytes).
+pub fn keep(buffer: Vec<u8>) {
+    if buffer.capacity() <= KEEP_AT_MOST {
+        KEPT.with(|k| *k.borrow_mut() = buffer);
+    }
 }
 
 /// Where a [`Gunzip`] is in the current member.
@@ -64,8 +82,6 @@ enum Member {
 pub struct Gunzip {
     inflate: Option<Decompress>,
     member: Member,
-    /// Whether the body was tried as one member ([`one_member`]).
-    tried: bool,
 }
 
 impl Default for Gunzip {
@@ -74,7 +90,6 @@ impl Default for Gunzip {
         Gunzip {
             inflate: spare,
             member: Member::Header(0),
-            tried: false,
         }
     }
 }
@@ -101,13 +116,6 @@ impl Gunzip {
                     let at = *at;
                     if at == input.len() {
                         return Ok(Step::Done);
-                    }
-                    if at == 0 && !self.tried {
-                        self.tried = true;
-                        if one_member(input, out) {
-                            self.member = Member::Header(input.len());
-                            return Ok(Step::Done);
-                        }
                     }
                     let len = header_len(input.get(at..).unwrap_or_default())?;
                     let inflate = self.inflate.get_or_insert_with(|| Decompress::new(false));
@@ -159,10 +167,10 @@ impl Gunzip {
     }
 }
 
-/// Inflates `input` into the spare capacity of `out` in one call when it is provably one
-/// member whose length fits there; `false`, with `out` as it was, for any other body or any
-/// check that fails (the streaming reader then reads it from the start, and names what is
-/// wrong with a bad one).
+/// Inflates `input` in one call when it is provably one member of at most `room` bytes, into
+/// this thread's kept buffer ([`keep`]) or a new one; `None` for any other body or any check
+/// that fails (the streaming reader then reads it from the start, and names what is wrong
+/// with a bad one).
 ///
 /// libdeflate reads the first member and checks its CRC-32 and length against its trailer, the
 /// 8 bytes right after its deflate data, but does not say where those were. So the body's last
@@ -170,36 +178,37 @@ impl Gunzip {
 /// the member's length, and so its trailer, is at the body's end, and the member is the whole
 /// body. Several members, or bytes after the one, fail either check (a last length unlike the
 /// first's, or the first's appearing before the end).
-fn one_member(input: &[u8], out: &mut Vec<u8>) -> bool {
-    let Ok(start) = header_len(input) else {
-        return false;
-    };
-    let Some(trailer) = input
+fn one_member(input: &[u8], room: usize) -> Option<Vec<u8>> {
+    let start = header_len(input).ok()?;
+    let trailer = input
         .len()
         .checked_sub(8)
         .filter(|&end| end > start)
-        .and_then(|end| input.get(end..))
-    else {
-        return false;
-    };
-    let size = usize::try_from(word(trailer, 4)).unwrap_or(usize::MAX);
-    let at = out.len();
-    if size > out.capacity() - at {
-        return false;
+        .and_then(|end| input.get(end..))?;
+    let size = usize::try_from(word(trailer, 4))
+        .ok()
+        .filter(|&size| size <= room)?;
+    let mut out = KEPT.with(|k| std::mem::take(&mut *k.borrow_mut()));
+    // The kept buffer's bytes are the last body's, all written over below; only growth is
+    // zeroed.
+    if out.len() < size {
+        out.resize(size, 0);
+    } else {
+        out.truncate(size);
     }
-    out.resize(at + size, 0);
     let inflated = ONE_SHOT.with(|d| {
         d.borrow_mut()
             .get_or_insert_with(Decompressor::new)
-            .gzip_decompress(input, out.get_mut(at..).unwrap_or_default())
+            .gzip_decompress(input, &mut out)
     });
     let length = trailer.get(4..).unwrap_or_default();
     let before = input.get(start..input.len() - 1).unwrap_or_default();
-    let whole = inflated.is_ok_and(|n| n == size) && memchr::memmem::find(before, length).is_none();
-    if !whole {
-        out.truncate(at);
+    if inflated.is_ok_and(|n| n == size) && memchr::memmem::find(before, length).is_none() {
+        Some(out)
+    } else {
+        keep(out);
+        None
     }
-    whole
 }
 
 /// The little-endian word at `i` in a gzip trailer (CRC-32 at 0, ISIZE at 4).
@@ -290,7 +299,11 @@ pub enum Need {
 pub struct Inflate {
     gunzip: Gunzip,
     out: Vec<u8>,
+    /// The output's first size ([`size_hint`]), until the output is allocated.
+    first: usize,
     limit: usize,
+    /// Whether the body was tried as one member ([`one_member`]).
+    tried: bool,
 }
 
 impl Inflate {
@@ -298,19 +311,29 @@ impl Inflate {
     pub fn new(input: &[u8], limit: usize) -> Self {
         Inflate {
             gunzip: Gunzip::default(),
-            out: Vec::with_capacity(size_hint(input, limit).max(1)),
+            out: Vec::new(),
+            first: size_hint(input, limit).max(1),
             limit,
+            tried: false,
         }
     }
 
     /// The room the output holds now (its first size, before any growth).
     pub fn capacity(&self) -> usize {
-        self.out.capacity()
+        self.out.capacity().max(self.first)
     }
 
     /// Inflates `input` (the same slice at every call) until it is done, past the limit, or
     /// the output needs room.
     pub fn run(&mut self, input: &[u8]) -> Result<Need, GzipError> {
+        if !self.tried {
+            self.tried = true;
+            if let Some(out) = one_member(input, self.first) {
+                self.out = out;
+                return Ok(Need::Nothing);
+            }
+            self.out.reserve_exact(self.first);
+        }
         Ok(match self.gunzip.step(input, &mut self.out)? {
             Step::Done if self.out.len() <= self.limit => Need::Nothing,
             Step::Done => Need::OverLimit,

@@ -201,6 +201,33 @@ fn a_kubelet_s_body_is_inflated_in_one_call_and_keeps_no_zlib_state() {
 }
 
 #[test]
+fn a_kept_buffer_holds_the_next_body_and_only_its_text() {
+    let first = gunzip(&gz(&text(30), 6), 1 << 20).unwrap().unwrap();
+    let at = first.as_ptr();
+    keep(first);
+    // Shorter: written over in place, nothing of the longer text left after it.
+    let second = gunzip(&gz(&text(20), 6), 1 << 20).unwrap().unwrap();
+    assert_eq!(second, text(20));
+    assert_eq!(second.as_ptr(), at, "the kept buffer");
+    keep(second);
+    // Longer: the kept buffer grows.
+    assert_eq!(
+        gunzip(&gz(&text(60), 6), 1 << 20).unwrap().unwrap(),
+        text(60)
+    );
+    // A body that fails its checks leaves the kept buffer for the next.
+    keep(Vec::with_capacity(64 << 10));
+    let mut bad = gz(&text(30), 6);
+    let n = bad.len();
+    bad[n - 8] ^= 1;
+    assert!(gunzip(&bad, 1 << 20).is_err());
+    assert_eq!(KEPT.with(|k| k.borrow().capacity()), 64 << 10);
+    // Past the bound, a buffer is freed, not kept.
+    keep(Vec::with_capacity(KEEP_AT_MOST + 1));
+    assert_eq!(KEPT.with(|k| k.borrow().capacity()), 64 << 10);
+}
+
+#[test]
 fn the_zlib_state_is_kept_for_the_next_body_on_the_thread() {
     let mut body = gz(&text(30), 6);
     body.extend(gz(b"", 6));
@@ -259,7 +286,8 @@ fn bytes_after_a_member_are_read_as_go_reads_them_even_ending_in_its_trailer() {
 /// [`gunzip`] through zlib's streaming reader alone.
 fn streaming(input: &[u8], limit: usize) -> Result<Option<Vec<u8>>, GzipError> {
     let mut inflate = Inflate::new(input, limit);
-    inflate.gunzip.tried = true;
+    inflate.tried = true;
+    inflate.out.reserve_exact(inflate.first);
     loop {
         match inflate.run(input)? {
             Need::Nothing => return Ok(Some(inflate.into_inner())),
