@@ -305,7 +305,7 @@ impl PodHistory {
         measure: Option<Measure>,
         names: &mut Names<'_>,
         mut on_skip: impl FnMut(Skipped<'_>),
-    ) -> Option<Arc<PodUsage>> {
+    ) -> Option<PodUsage> {
         let same_names = self.containers.len() == new.len()
             && self
                 .containers
@@ -358,7 +358,7 @@ impl PodHistory {
     /// The pod's usage: only when no container waits for a previous point and at least one
     /// has usage; time info from the container with the earliest timestamp
     /// (metrics-server `pkg/storage/pod.go`, reference §2.4); measured by `measure`.
-    fn build_usage(&self, measure: Option<Measure>) -> Option<Arc<PodUsage>> {
+    fn build_usage(&self, measure: Option<Measure>) -> Option<PodUsage> {
         if self.containers.iter().any(|c| c.rate == Rate::Pending) {
             return None;
         }
@@ -388,11 +388,11 @@ impl PodHistory {
             .collect();
         let earliest = earliest?;
         let containers_len = measure.map_or(0, |measure| measure(&containers));
-        Some(Arc::new(PodUsage {
+        Some(PodUsage {
             timestamp_ns: earliest.timestamp_ns,
             window_ns: earliest.window_ns,
             containers,
             containers_len,
-        }))
+        })
     }
 }

@@ -67,19 +67,27 @@ impl UsageSlot {
 
     /// Replaces the served usage and when the pod was seen, if the slot is live and `owner`
     /// is its current owner mark; otherwise changes nothing and says so.
-    pub(super) fn publish(&self, owner: u32, usage: Option<Arc<PodUsage>>, seen_ns: i64) -> bool {
-        let (published, old) = {
-            let mut state = self.state.lock();
-            if state.retired || state.owner != owner {
-                (false, usage)
-            } else {
-                state.seen_ns = seen_ns;
-                (true, std::mem::replace(&mut state.usage, usage))
-            }
+    ///
+    /// A usage no reader holds any more (the common case: lists hold one only while they
+    /// write it) is written over in place, so a scrape allocates no new one per pod; one a
+    /// reader still holds is left to it and a new one takes its place.
+    pub(super) fn publish(&self, owner: u32, usage: Option<PodUsage>, seen_ns: i64) -> bool {
+        let mut state = self.state.lock();
+        if state.retired || state.owner != owner {
+            return false;
+        }
+        state.seen_ns = seen_ns;
+        let old = match (&mut state.usage, usage) {
+            (Some(held), Some(usage)) => match Arc::get_mut(held) {
+                Some(value) => (Some(std::mem::replace(value, usage)), None),
+                None => (None, Some(std::mem::replace(held, Arc::new(usage)))),
+            },
+            (slot, usage) => (None, std::mem::replace(slot, usage.map(Arc::new))),
         };
-        // The previous (or refused) usage is freed outside the lock.
+        drop(state);
+        // The previous usage (its containers' names, a spilled list) is freed outside the lock.
         drop(old);
-        published
+        true
     }
 
     /// The current owner mark.

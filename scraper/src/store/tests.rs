@@ -223,6 +223,43 @@ fn pod_not_fresh_needs_two_batches() {
     assert_eq!(store.pod("other", "pod1", t2), None);
 }
 
+/// A reader's usage stays as it read it while scrapes go on; a usage no reader holds is
+/// written over in its own allocation (no allocation per pod and scrape).
+#[test]
+fn a_held_usage_keeps_its_values_and_an_unheld_one_is_written_in_place() {
+    let store = store(60);
+    let n = name("node1");
+    let at = |s: i64| T0 + 120 * SECOND + s * SECOND;
+    ingest_c1(&store, &n, sample(at(0), T0, CORE_SECOND, 4 * MIB));
+    ingest_c1(&store, &n, sample(at(5), T0, 6 * CORE_SECOND, 5 * MIB));
+    let held = store.pod("ns", "pod1", at(5)).unwrap();
+    ingest_c1(&store, &n, sample(at(10), T0, 8 * CORE_SECOND, 6 * MIB));
+    // The reader's copy is the one it read; the store serves the new one.
+    assert_eq!(held.timestamp_ns, at(5));
+    assert_eq!(
+        &*held.containers,
+        &[container_usage("c1", 1_000_000_000, 5 * MIB)]
+    );
+    let third = store.pod("ns", "pod1", at(10)).unwrap();
+    assert_eq!(third.timestamp_ns, at(10));
+    assert_eq!(
+        &*third.containers,
+        &[container_usage("c1", 400_000_000, 6 * MIB)]
+    );
+    assert!(!Arc::ptr_eq(&held, &third));
+    let place = Arc::as_ptr(&third);
+    drop((held, third));
+    // Nobody holds it now: the next scrape's usage is written where it was.
+    ingest_c1(&store, &n, sample(at(15), T0, 9 * CORE_SECOND, 7 * MIB));
+    let fourth = store.pod("ns", "pod1", at(15)).unwrap();
+    assert_eq!(Arc::as_ptr(&fourth), place);
+    assert_eq!(fourth.timestamp_ns, at(15));
+    assert_eq!(
+        &*fourth.containers,
+        &[container_usage("c1", 200_000_000, 7 * MIB)]
+    );
+}
+
 /// A store with a measure gives every pod usage it builds the measure of its containers
 /// (sorted, as served), at every scrape; without one the length is 0 (unmeasured).
 #[test]
