@@ -12,8 +12,9 @@
 //! A body of one member, the shape a kubelet sends, is inflated in one call to libdeflate
 //! (`libdeflater`), which decodes the whole stream into a buffer of its trailer's size with no
 //! window of its own to keep: ~35 % fewer instructions than zlib-rs on the kubelet's body, and
-//! 11 % fewer for the whole scrape. Any other body (several members, a size past the room, a check that fails)
-//! goes through zlib's streaming reader, which also names what is wrong with a bad one.
+//! 11 % fewer for the whole scrape. Any other body (several members, a size past the room, a
+//! check that fails) goes through zlib's streaming reader, which also names what is wrong with
+//! a bad one.
 //!
 //! Both states are kept per thread and reused for the next body rather than allocated per
 //! scrape (allocated and freed at every scrape, zlib's state and its 32 KiB window cost ~30
