@@ -358,7 +358,11 @@ impl Inflate {
 /// Inflates `input` whole into at most `limit` bytes; `None` past it (for tests, benchmarks
 /// and fuzzing; the client runs [`Inflate`] within its byte budget instead).
 pub fn gunzip(input: &[u8], limit: usize) -> Result<Option<Vec<u8>>, GzipError> {
-    let mut inflate = Inflate::new(input, limit);
+    inflate_whole(Inflate::new(input, limit), input)
+}
+
+/// Runs `inflate` over `input` to its end, growing the output whenever it asks (no budget).
+fn inflate_whole(mut inflate: Inflate, input: &[u8]) -> Result<Option<Vec<u8>>, GzipError> {
     loop {
         match inflate.run(input)? {
             Need::Nothing => return Ok(Some(inflate.into_inner())),

@@ -286,15 +286,10 @@ fn bytes_after_a_member_are_read_as_go_reads_them_even_ending_in_its_trailer() {
 /// [`gunzip`] through zlib's streaming reader alone.
 fn streaming(input: &[u8], limit: usize) -> Result<Option<Vec<u8>>, GzipError> {
     let mut inflate = Inflate::new(input, limit);
+    // As `run` leaves it when the body is not one member.
     inflate.tried = true;
     inflate.out.reserve_exact(inflate.first);
-    loop {
-        match inflate.run(input)? {
-            Need::Nothing => return Ok(Some(inflate.into_inner())),
-            Need::OverLimit => return Ok(None),
-            Need::Room(capacity) => inflate.grow(capacity),
-        }
-    }
+    inflate_whole(inflate, input)
 }
 
 proptest! {
