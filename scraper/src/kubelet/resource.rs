@@ -35,7 +35,7 @@ mod tests;
 
 use lex::{
     LABEL, LABEL_START, NAME, NAME_START, find_quote, is, is_blank, parse_float, skip_blanks,
-    timestamp_ns,
+    timestamp_and_line_end, timestamp_ns,
 };
 
 /// Parses a `/metrics/resource` body.
@@ -69,6 +69,10 @@ pub fn parse(body: &[u8], default_timestamp_ns: i64) -> Result<NodeScrape<'_>, P
     };
     let mut start = 0;
     while start < body.len() {
+        if let Some(next) = parser.expected_line(start) {
+            start = next;
+            continue;
+        }
         let newline = memchr(b'\n', &body[start..]).map_or(body.len(), |i| start + i);
         let mut end = newline;
         if end > start && body[end - 1] == b'\r' {
@@ -84,6 +88,24 @@ pub fn parse(body: &[u8], default_timestamp_ns: i64) -> Result<NodeScrape<'_>, P
         node: has_node.then_some(node),
         containers: parser.containers.list,
     })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests set it to read every line by the general path alone, to compare the fast
+    /// paths ([`Parser::expected_line`], [`Parser::kubelet_labels`]) with it.
+    static GENERAL_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+fn general_only() -> bool {
+    GENERAL_ONLY.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+const fn general_only() -> bool {
+    false
 }
 
 /// The families that are read; everything else is `Other`.
@@ -104,6 +126,7 @@ enum Family {
 /// `{`, a space or a tab. Every line is looked at here, so the candidate is picked by the
 /// bytes that tell the names apart and then compared whole, with its length known to the
 /// compiler (inline compares, no `memcmp` call per candidate).
+#[inline(always)]
 fn known_family(line: &[u8]) -> Option<(Family, usize)> {
     if let Some(rest) = line.strip_prefix(b"container_") {
         match rest {
@@ -215,7 +238,13 @@ impl<'a> Parser<'a> {
             let open = pos;
             pos = match known {
                 Some(idx) => pos + self.containers.spans[idx].len(),
-                None => self.labels(pos + 1, end, &mut labels)?,
+                None => match self.kubelet_labels(pos, end) {
+                    Some((kubelet, after)) => {
+                        labels = kubelet;
+                        after
+                    }
+                    None => self.labels(pos + 1, end, &mut labels)?,
+                },
             };
             span = &b[open..pos];
             pos = skip_blanks(b, pos, end);
@@ -287,25 +316,75 @@ impl<'a> Parser<'a> {
                     // A container series without its identifying labels is skipped.
                     _ => return Ok(()),
                 };
-                let sample = self.containers.sample(idx);
-                match family {
-                    Family::ContainerCpu => {
-                        sample.cpu_usage_ns_total = Some(seconds_to_ns(value));
-                        sample.timestamp_ns = timestamp_ns;
-                    }
-                    Family::ContainerMemory => {
-                        sample.memory_working_set_bytes = Some(value as u64);
-                        sample.timestamp_ns = timestamp_ns;
-                    }
-                    Family::ContainerSwap => sample.swap_bytes = Some(value as u64),
-                    // `time.Unix(0, int64(value*1e9))`; the sample's own timestamp is the
-                    // start time again on some kubelets and is ignored.
-                    _ => sample.start_time_ns = Some((value * 1e9) as i64),
-                }
+                self.record(family, idx, value, timestamp_ns);
             }
             Family::Other => {}
         }
         Ok(())
+    }
+
+    /// The kubelet's usual line, read without first searching for its end: a container
+    /// family's name, the label text of the container expected next ([`Containers::expected`]),
+    /// blanks, a plain decimal that the fast path rounds, blanks, a timestamp, and the line's
+    /// end (`\n`, `\r\n` or the body's). Returns where the next line starts, or `None` (and
+    /// nothing recorded) for any other line, which [`Parser::line`] then reads whole: what
+    /// this reads is what that would read, and it fails nothing itself. None of the bytes
+    /// it reads before the timestamp's end can be a newline (a name, label text that was a
+    /// line's, blanks, digits), so it stays within the line. Three of the four container
+    /// families' lines take this path (~180 of a 30-pod body's 356 lines), and each saves
+    /// the `memchr` call that found its end (~85 instructions) and the general path's checks.
+    #[inline(always)]
+    fn expected_line(&mut self, start: usize) -> Option<usize> {
+        let b = self.bytes;
+        if b[start] != b'c' || general_only() {
+            return None;
+        }
+        let (family, name_len) = known_family(&b[start..])?;
+        let open = start + name_len;
+        if !matches!(
+            family,
+            Family::ContainerCpu
+                | Family::ContainerMemory
+                | Family::ContainerStart
+                | Family::ContainerSwap
+        ) || b.get(open) != Some(&b'{')
+        {
+            return None;
+        }
+        self.containers.start_series(family);
+        let idx = self.containers.expected(&b[open..])?;
+        let value_start = skip_blanks(b, open + self.containers.spans[idx].len(), b.len());
+        let (rounded, value_end) = parse_float(b, value_start, b.len())?;
+        let value = rounded?;
+        let stamp = skip_blanks(b, value_end, b.len());
+        if value_end == stamp {
+            return None;
+        }
+        let (timestamp_ns, next) = timestamp_and_line_end(b, stamp)?;
+        if value.is_finite() && value >= 0.0 {
+            self.record(family, idx, value, timestamp_ns);
+        }
+        Some(next)
+    }
+
+    /// Records a container family's value (finite, not negative) for container `idx`.
+    #[inline(always)]
+    fn record(&mut self, family: Family, idx: usize, value: f64, timestamp_ns: i64) {
+        let sample = self.containers.sample(idx);
+        match family {
+            Family::ContainerCpu => {
+                sample.cpu_usage_ns_total = Some(seconds_to_ns(value));
+                sample.timestamp_ns = timestamp_ns;
+            }
+            Family::ContainerMemory => {
+                sample.memory_working_set_bytes = Some(value as u64);
+                sample.timestamp_ns = timestamp_ns;
+            }
+            Family::ContainerSwap => sample.swap_bytes = Some(value as u64),
+            // `time.Unix(0, int64(value*1e9))`; the sample's own timestamp is the start time
+            // again on some kubelets and is ignored.
+            _ => sample.start_time_ns = Some((value * 1e9) as i64),
+        }
     }
 
     /// Checks a line of a family that is not read, from its first byte to `end`, without
@@ -364,6 +443,51 @@ impl<'a> Parser<'a> {
             return Err(error(ParseErrorKind::Value, last));
         }
         Ok(())
+    }
+
+    /// The label set at `b[open..end]` when it is exactly as the kubelet prints a container
+    /// series' (`{container="…",namespace="…",pod="…"}`, the names sorted, no blanks, no
+    /// escapes), and the position after its `}`; `None` for any other (which
+    /// [`Parser::labels`] then reads, to the same values when it is one of these): three
+    /// prefix compares and three quote searches instead of the general loop (the first
+    /// family's ~60 label sets of a 30-pod body).
+    #[inline(always)]
+    fn kubelet_labels(&self, open: usize, end: usize) -> Option<(Labels<'a>, usize)> {
+        if general_only() {
+            return None;
+        }
+        let (container, pos) = self.quoted(b"{container=\"", open, end)?;
+        let (namespace, pos) = self.quoted(b"\",namespace=\"", pos, end)?;
+        let (pod, pos) = self.quoted(b"\",pod=\"", pos, end)?;
+        let close = pos.checked_add(2).filter(|&close| close <= end)?;
+        (&self.bytes[pos..close] == b"\"}").then_some((
+            Labels {
+                namespace: Some(Cow::Borrowed(namespace)),
+                pod: Some(Cow::Borrowed(pod)),
+                container: Some(Cow::Borrowed(container)),
+            },
+            close,
+        ))
+    }
+
+    /// `prefix` at `b[pos..]`, then a label value without escapes up to its closing quote:
+    /// the value and the position of that quote.
+    #[inline(always)]
+    fn quoted<const N: usize>(
+        &self,
+        prefix: &[u8; N],
+        pos: usize,
+        end: usize,
+    ) -> Option<(&'a str, usize)> {
+        let start = pos.checked_add(N).filter(|&start| start <= end)?;
+        if &self.bytes[pos..start] != prefix {
+            return None;
+        }
+        let quote = find_quote(self.bytes, start, end)?;
+        if self.bytes[quote] != b'"' {
+            return None;
+        }
+        Some((self.text.get(start..quote)?, quote))
     }
 
     /// Parses the label set after its `{` up to and including the `}`; returns the position

@@ -97,6 +97,7 @@ pub(super) fn find_quote(b: &[u8], from: usize, end: usize) -> Option<usize> {
 /// digits (or fewer than eight bytes are left): one load, one check and three multiplications
 /// instead of eight rounds of the byte loop (the kubelet's timestamps have 13 digits, its
 /// values' fractions 6 to 10).
+#[inline(always)]
 fn eight_digits(b: &[u8], pos: usize) -> Option<u64> {
     let chunk: [u8; 8] = b.get(pos..pos.checked_add(8)?)?.try_into().ok()?;
     let word = u64::from_le_bytes(chunk);
@@ -118,6 +119,7 @@ fn eight_digits(b: &[u8], pos: usize) -> Option<u64> {
 /// after it and how many digits it had. 19 digits always fit in a u64; past that the
 /// mantissa wraps, and the callers refuse so many (a float's fast path more than 15, a
 /// timestamp more than 19).
+#[inline(always)]
 fn digit_run(token: &[u8], mut pos: usize, mantissa: &mut u64) -> (usize, usize) {
     let start = pos;
     while let Some(eight) = eight_digits(token, pos) {
@@ -142,6 +144,7 @@ fn digit_run(token: &[u8], mut pos: usize, mantissa: &mut u64) -> (usize, usize)
 /// exponent is `None`, for the standard library's parser to read from `b[start..]` to the
 /// position returned; anything else (signs, `Inf`, `NaN`) is not a plain decimal: `None`
 /// altogether.
+#[inline(always)]
 pub(super) fn parse_float(b: &[u8], start: usize, end: usize) -> Option<(Option<f64>, usize)> {
     const POW10: [f64; 23] = [
         1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
@@ -288,6 +291,27 @@ pub(super) fn timestamp_ns(b: &[u8], start: usize, end: usize) -> Option<(i64, u
     }
     let ns = i64::try_from(ms).ok()?.checked_mul(1_000_000)?;
     Some((ns, pos))
+}
+
+/// A timestamp at `b[start..]` that ends its line: its value in Unix ns (as
+/// [`timestamp_ns`] reads it) and where the next line starts, after the `\n` or `\r\n`
+/// that follows the digits, or the body's end. `None` for anything else (a blank, another
+/// byte, a lone `\r` at the body's end), which the general path then reads.
+#[inline(always)]
+pub(super) fn timestamp_and_line_end(b: &[u8], start: usize) -> Option<(i64, usize)> {
+    let mut ms: u64 = 0;
+    let (end, digits) = digit_run(b, start, &mut ms);
+    let next = match b.get(end) {
+        None => end,
+        Some(b'\n') => end + 1,
+        Some(b'\r') if b.get(end + 1) == Some(&b'\n') => end + 2,
+        Some(_) => return None,
+    };
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    let ns = i64::try_from(ms).ok()?.checked_mul(1_000_000)?;
+    Some((ns, next))
 }
 
 #[cfg(test)]

@@ -872,3 +872,118 @@ fn float_fast_path_agrees_with_the_standard_parser() {
         );
     }
 }
+
+/// `parse(body)` by the general path alone, every line searched for its end and every label
+/// set read by the general loop.
+fn parse_general(body: &[u8], default_ns: i64) -> Result<NodeScrape<'_>, ParseError> {
+    GENERAL_ONLY.with(|g| g.set(true));
+    let parsed = parse(body, default_ns);
+    GENERAL_ONLY.with(|g| g.set(false));
+    parsed
+}
+
+/// The kubelet's lines in the shapes next to the fast paths' (blanks, CRLF, no timestamp,
+/// a signed one, escapes, another label order or set, values the fast path does not round,
+/// the body's end in every place): read the same, or failed the same, as by the general
+/// path alone.
+#[test]
+fn the_fast_paths_read_what_the_general_path_reads() {
+    let first = "container_cpu_usage_seconds_total{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 2.5 1764590403370\n";
+    let lines = [
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1.253376e+07 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"}\t1253376\t1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370 ",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 ",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 +1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 -1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 17645904033701234567890",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370x",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370\r",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370\rx",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} NaN 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} -5 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1e400 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 12345678901234567890123 1764590403370",
+        "container_start_time_seconds{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1.7645807605001578e+09 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376x 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"}1253376 1764590403370",
+        "container_memory_working_set_bytes {container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370",
+        " container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-2\"} 1253376 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\",x=\"y\"} 1253376 1764590403370",
+        "container_memory_working_set_bytes{namespace=\"ns\",pod=\"p-1\",container=\"app\"} 1253376 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\", namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370",
+        "container_memory_working_set_bytes{container=\"a\\\"pp\",namespace=\"ns\",pod=\"p-1\"} 1253376 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\",} 1253376 1764590403370",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1",
+        "container_swap_usage_bytes{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 0 1764590403370",
+        "container_swap_usage_bytesx{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 0 1764590403370",
+        "container_cpu_usage_seconds_total{container=\"app\",namespace=\"ns\",pod=\"p-1\"} 3.5 1764590418370",
+    ];
+    let mut bodies = Vec::new();
+    for line in lines {
+        for newline in ["\n", "\r\n", ""] {
+            let text = format!("{first}{line}{newline}");
+            // The body cut at every byte of the second line, and whole.
+            for cut in first.len()..=text.len() {
+                bodies.push(text.as_bytes()[..cut].to_vec());
+            }
+            bodies.push(format!("{text}{line}{newline}").into_bytes());
+        }
+        // The first family's label set alone, in each shape.
+        if let Some(labels) = line.split_once('{').map(|(_, rest)| rest) {
+            bodies.push(format!("container_cpu_usage_seconds_total{{{labels}\n").into_bytes());
+        }
+    }
+    let mut fast_lines = 0;
+    for body in &bodies {
+        let fast = parse(body, DEFAULT_NS);
+        let general = parse_general(body, DEFAULT_NS);
+        assert_eq!(fast, general, "{:?}", String::from_utf8_lossy(body));
+        fast_lines += usize::from(fast.is_ok_and(|s| {
+            s.containers
+                .iter()
+                .any(|c| c.sample.memory_working_set_bytes.is_some())
+        }));
+    }
+    // The bodies do reach the fast path's reading (and not only its refusals).
+    assert!(fast_lines > 100, "{fast_lines}");
+}
+
+/// The fixtures, and 20,000 random mutations of them: the fast paths change nothing that
+/// the general path would read, nor where or how a body fails.
+#[test]
+fn the_fast_paths_agree_with_the_general_path_on_mutated_bodies() {
+    let mut crlf = fixture(V1_36_SHAPE);
+    crlf = String::from_utf8(crlf)
+        .expect("a UTF-8 fixture")
+        .replace('\n', "\r\n")
+        .into_bytes();
+    let seeds = [
+        fixture(V1_36_SHAPE),
+        fixture(SEVENTY_PODS),
+        fixture(SONGLEO),
+        NORMAL.as_bytes().to_vec(),
+        crlf,
+    ];
+    for seed in &seeds {
+        assert_eq!(parse(seed, DEFAULT_NS), parse_general(seed, DEFAULT_NS));
+    }
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut differ_from_seed = 0;
+    for i in 0..20_000 {
+        let mut body = seeds[i % seeds.len()].clone();
+        mutate(&mut rng, &mut body);
+        let fast = parse(&body, DEFAULT_NS);
+        assert_eq!(
+            fast,
+            parse_general(&body, DEFAULT_NS),
+            "{:?}",
+            String::from_utf8_lossy(&body)
+        );
+        differ_from_seed += usize::from(fast != parse(&seeds[i % seeds.len()], DEFAULT_NS));
+    }
+    assert!(differ_from_seed > 5_000, "{differ_from_seed}");
+}
