@@ -19,10 +19,24 @@ pub struct Server {
     pub args: Vec<String>,
 }
 
-/// A free port on 127.0.0.1 (bound and released; the server binds it a moment later).
+/// A free port on 127.0.0.1 (bound and released; the server binds it a moment later), never
+/// one this process handed out before: a second server started while the first has not yet
+/// bound its port could otherwise be given the same one by the kernel (seen: `--beside-bin`'s
+/// server failed with "Address already in use").
 fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..64 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+        let port = l.local_addr()?.port();
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port on 127.0.0.1 that was not handed out before")
 }
 
 impl Server {
@@ -115,5 +129,24 @@ impl Drop for Server {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_port;
+
+    /// Ports handed out are never handed out again in the process, though the kernel gives
+    /// a released port again (a thousand draws from its ~28,000 ephemeral ports repeat one
+    /// with near certainty).
+    #[test]
+    fn a_port_is_handed_out_once() {
+        let mut ports: Vec<u16> = (0..1000)
+            .map(|_| free_port().expect("a free port"))
+            .collect();
+        ports.sort_unstable();
+        let before = ports.len();
+        ports.dedup();
+        assert_eq!(ports.len(), before);
     }
 }

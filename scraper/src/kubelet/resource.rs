@@ -11,7 +11,9 @@
 //! are read eight bytes at a time, decimals of up to 19 digits are rounded exactly without
 //! the standard library's parser, and label values are borrowed from
 //! the body (`Cow::Owned` only when a value has escapes). A series that repeats the label
-//! text of the container expected next is merged without parsing its labels, and a
+//! text of the container expected next is merged without parsing its labels (and, when
+//! its value and timestamp end the line, read without first searching for the line's end),
+//! a label set in the kubelet's exact shape is read by three prefix compares, and a
 //! container that comes in the kubelet's order is new without a lookup. The only
 //! allocations are the output `Vec`, the label-text `Vec` and, for a body out of the
 //! kubelet's order, the hash index that merges the families of one container.
