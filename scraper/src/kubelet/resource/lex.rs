@@ -286,11 +286,20 @@ pub(super) fn timestamp_ns(b: &[u8], start: usize, end: usize) -> Option<(i64, u
     let mut ms: u64 = 0;
     let digits;
     (pos, digits) = digit_run(&b[..end], pos, &mut ms);
-    if digits == 0 || digits > 19 || (pos < end && !is_blank(b[pos])) {
+    if pos < end && !is_blank(b[pos]) {
         return None;
     }
-    let ns = i64::try_from(ms).ok()?.checked_mul(1_000_000)?;
-    Some((ns, pos))
+    Some((ms_to_ns(ms, digits)?, pos))
+}
+
+/// A timestamp's `digits` digits, read as `ms`, in Unix ns: `None` for no digit, more than
+/// 19 (a u64 holds 19; more would have wrapped) or past what an i64 of ns holds.
+#[inline(always)]
+fn ms_to_ns(ms: u64, digits: usize) -> Option<i64> {
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    i64::try_from(ms).ok()?.checked_mul(1_000_000)
 }
 
 /// A timestamp at `b[start..]` that ends its line: its value in Unix ns (as
@@ -307,11 +316,7 @@ pub(super) fn timestamp_and_line_end(b: &[u8], start: usize) -> Option<(i64, usi
         Some(b'\r') if b.get(end + 1) == Some(&b'\n') => end + 2,
         Some(_) => return None,
     };
-    if digits == 0 || digits > 19 {
-        return None;
-    }
-    let ns = i64::try_from(ms).ok()?.checked_mul(1_000_000)?;
-    Some((ns, next))
+    Some((ms_to_ns(ms, digits)?, next))
 }
 
 #[cfg(test)]
