@@ -23,6 +23,10 @@ use crate::credentials::{self, Reloads};
 use crate::serve::{self, Filter, access};
 use crate::{health, kubeconfig, stack};
 
+pub mod scrape_thread;
+
+pub use scrape_thread::ScrapeThread;
+
 /// Why the server could not start or stopped on its own.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -92,25 +96,21 @@ impl Error {
 /// How long the audit webhook's last events may take to go out at shutdown.
 pub const AUDIT_FLUSH: Duration = Duration::from_secs(10);
 
-/// How far below serving's the kernel ranks the scrape threads: nice +10 (up to 19), a
+/// How far below serving's the kernel ranks the scrape thread: nice +10 (up to 19), a
 /// weight of 110 against serving's 1024. Under contention scraping still gets about a tenth
-/// of each core, several times what 15,000 nodes need (BENCHMARKS.md); when serving is idle
-/// it gets all of it.
+/// of a core, what 15,000 nodes need (BENCHMARKS.md); when serving is idle it gets a core.
 pub const SCRAPE_NICE: i32 = 10;
 
 /// What the binary's `main` does once its flags are settings: [`run()`] until SIGTERM or
-/// SIGINT begins a graceful shutdown (a second signal exits at once), on two multi-threaded
-/// Tokio runtimes. Serving (the API, authentication, the watches) has one, on threads named
-/// `serve`; the scrape loop and its kubelet connections have the other, on threads named
-/// `scrape`, [`SCRAPE_NICE`] steps below serving. One runtime would queue a request behind a
-/// scrape slice's burst (tens of kubelet bodies decrypted, parsed and stored at once, a few
-/// ms of CPU); with two, the kernel runs the request first. BENCHMARKS.md has what it bought.
+/// SIGINT begins a graceful shutdown (a second signal exits at once), on two Tokio runtimes.
+/// Serving (the API, authentication, the watches) has a multi-threaded one, on threads named
+/// `serve`; the scrape loop and its kubelet connections have a [`ScrapeThread`] of their own,
+/// [`SCRAPE_NICE`] steps below serving, that handles the kubelets' answers in rounds of
+/// [`scrape_thread::ROUND`]. One runtime would queue a request behind a scrape slice's burst
+/// (tens of kubelet bodies decrypted, parsed and stored at once, a few ms of CPU); with two,
+/// the kernel runs the request first. BENCHMARKS.md has what each bought.
 pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
-    let scraping = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("scrape")
-        .on_thread_start(|| lower_priority(SCRAPE_NICE))
-        .build()
+    let scraping = ScrapeThread::start(scrape_thread::ROUND, || lower_priority(SCRAPE_NICE))
         .map_err(Error::Runtime)?;
     let serving = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -127,7 +127,7 @@ pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
         run_with(settings, setup, shutdown).await
     });
     // The scrape loop has ended; what is left (idle kubelet connections) goes with it.
-    scraping.shutdown_timeout(Duration::from_secs(1));
+    scraping.stop(Duration::from_secs(1));
     result
 }
 

@@ -28,6 +28,9 @@ fn free_port() -> anyhow::Result<u16> {
     let mut given = GIVEN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A port handed out before stays bound while the next is drawn: the kernel tends to give
+    // a just-released port again (seen: 64 draws in a row), so it must not be free to.
+    let mut held = Vec::new();
     for _ in 0..64 {
         let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
         let port = l.local_addr()?.port();
@@ -35,6 +38,7 @@ fn free_port() -> anyhow::Result<u16> {
             given.push(port);
             return Ok(port);
         }
+        held.push(l);
     }
     anyhow::bail!("no free port on 127.0.0.1 that was not handed out before")
 }
