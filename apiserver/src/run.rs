@@ -110,8 +110,16 @@ pub const SCRAPE_NICE: i32 = 10;
 /// (tens of kubelet bodies decrypted, parsed and stored at once, a few ms of CPU); with two,
 /// the kernel runs the request first. BENCHMARKS.md has what each bought.
 pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
-    let scraping = ScrapeThread::start(scrape_thread::ROUND, || lower_priority(SCRAPE_NICE))
-        .map_err(Error::Runtime)?;
+    // Rounds from the end of the first round on: until then every answer is handled as it
+    // comes, so the first data is served as early as it can be (BENCHMARKS.md).
+    let progress = Arc::new(Progress::default());
+    let steady = progress.clone();
+    let scraping = ScrapeThread::start(
+        scrape_thread::ROUND,
+        || lower_priority(SCRAPE_NICE),
+        move || steady.first_round_complete(),
+    )
+    .map_err(Error::Runtime)?;
     let serving = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("serve")
@@ -119,6 +127,7 @@ pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
         .map_err(Error::Runtime)?;
     let setup = Setup {
         scrape_runtime: Some(scraping.handle().clone()),
+        progress,
         ..Setup::default()
     };
     let result = serving.block_on(async {
@@ -239,6 +248,8 @@ pub struct Setup {
     /// Where the scrape loop runs (and with it the kubelet connections and the store's
     /// ingest); `None`: the runtime that runs [`run_with`]. See [`run_until_signalled`].
     pub scrape_runtime: Option<tokio::runtime::Handle>,
+    /// Where the scrape loop reports its first round (the scrape thread reads it too).
+    pub progress: Arc<Progress>,
 }
 
 impl std::fmt::Debug for Setup {
@@ -251,6 +262,10 @@ impl std::fmt::Debug for Setup {
             .field("auth", &self.auth)
             .field("filters", &self.filters.len())
             .field("scrape_runtime", &self.scrape_runtime.is_some())
+            .field(
+                "first_round_complete",
+                &self.progress.first_round_complete(),
+            )
             .finish()
     }
 }
@@ -265,6 +280,7 @@ impl Default for Setup {
             auth: Auth::FromSettings,
             filters: Vec::new(),
             scrape_runtime: None,
+            progress: Arc::new(Progress::default()),
         }
     }
 }
@@ -328,7 +344,7 @@ pub async fn run_with(
         )
         .placed_by(inventory.clone()),
     );
-    let progress = Arc::new(Progress::default());
+    let progress = setup.progress.clone();
     let metrics = Arc::new(Metrics::new(&mut registry, settings.resolution()));
     let delegation = match setup.auth {
         Auth::DisabledForTesting => {

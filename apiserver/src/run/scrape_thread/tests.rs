@@ -10,7 +10,7 @@ use super::*;
 
 #[test]
 fn a_round_begins_at_a_wake_up() {
-    let w = WakeUps::new(Duration::from_millis(10));
+    let w = WakeUps::new(Duration::from_millis(10), Box::new(|| true));
     assert_eq!(
         w.rest(Duration::from_secs(5)),
         None,
@@ -33,7 +33,7 @@ fn a_round_begins_at_a_wake_up() {
 #[test]
 fn answers_that_arrive_within_a_round_are_handled_together_at_its_end() {
     let round = Duration::from_millis(300);
-    let thread = ScrapeThread::start(round, || {}).expect("the scrape thread");
+    let thread = ScrapeThread::start(round, || {}, || true).expect("the scrape thread");
     let pairs: Vec<(
         std::os::unix::net::UnixStream,
         std::os::unix::net::UnixStream,
@@ -83,14 +83,68 @@ fn answers_that_arrive_within_a_round_are_handled_together_at_its_end() {
     thread.stop(Duration::from_secs(1));
 }
 
+/// Until the caller says so (the first round of scrapes done), each answer is handled as it
+/// comes; from then on, in rounds.
+#[test]
+fn rounds_begin_when_the_caller_says() {
+    let round = Duration::from_secs(1);
+    let steady = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let steady = steady.clone();
+        ScrapeThread::start(round, || {}, move || steady.load(Ordering::SeqCst))
+            .expect("the scrape thread")
+    };
+    let (handled, handled_rx) = std::sync::mpsc::channel::<Instant>();
+    let mut kubelets = Vec::new();
+    for _ in 0..4 {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        let handled = handled.clone();
+        let _guard = thread.handle().enter();
+        let mut ours = UnixStream::from_std(ours).expect("registered");
+        thread.handle().spawn(async move {
+            let mut byte = [0u8; 1];
+            ours.read_exact(&mut byte).await.expect("an answer");
+            let _ = handled.send(Instant::now());
+        });
+        kubelets.push(theirs);
+    }
+    let answer = |i: usize| {
+        use std::io::Write;
+        (&kubelets[i]).write_all(b"x").expect("answered");
+        handled_rx.recv().expect("the answer handled")
+    };
+
+    let first = answer(0);
+    let second = answer(1);
+    assert!(
+        second.duration_since(first) < round / 2,
+        "before the rounds began, an answer waited {:?}",
+        second.duration_since(first)
+    );
+    steady.store(true, Ordering::SeqCst);
+    let third = answer(2);
+    let fourth = answer(3);
+    assert!(
+        fourth.duration_since(third) >= round / 2,
+        "in rounds, an answer was handled {:?} after the one before",
+        fourth.duration_since(third)
+    );
+    thread.stop(Duration::from_secs(1));
+}
+
 #[test]
 fn timers_fire_and_tasks_spawned_from_elsewhere_run() {
-    let thread = ScrapeThread::start(ROUND, || {}).expect("the scrape thread");
+    let thread = ScrapeThread::start(ROUND, || {}, || true).expect("the scrape thread");
     let on_start = Arc::new(AtomicBool::new(false));
     let thread_b = {
         let on_start = on_start.clone();
-        ScrapeThread::start(ROUND, move || on_start.store(true, Ordering::SeqCst))
-            .expect("a second scrape thread")
+        ScrapeThread::start(
+            ROUND,
+            move || on_start.store(true, Ordering::SeqCst),
+            || true,
+        )
+        .expect("a second scrape thread")
     };
     let (done, done_rx) = std::sync::mpsc::channel();
     let started = Instant::now();
@@ -119,7 +173,7 @@ fn stopping_drops_the_tasks_left_and_joins_the_thread() {
             self.0.store(true, Ordering::SeqCst);
         }
     }
-    let thread = ScrapeThread::start(ROUND, || {}).expect("the scrape thread");
+    let thread = ScrapeThread::start(ROUND, || {}, || true).expect("the scrape thread");
     let closed = Arc::new(AtomicBool::new(false));
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
     ours.set_nonblocking(true).expect("non-blocking");
