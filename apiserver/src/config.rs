@@ -96,6 +96,7 @@ impl Settings {
                 kubelet_port: 10250,
                 use_node_status_port: false,
                 node_selector: LabelSelector::default(),
+                threads: Vec::new(),
             },
             store: scraper::store::Config::new(resolution),
             kubelet: KubeletConfig::default(),

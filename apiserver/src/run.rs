@@ -96,37 +96,49 @@ impl Error {
 /// How long the audit webhook's last events may take to go out at shutdown.
 pub const AUDIT_FLUSH: Duration = Duration::from_secs(10);
 
-/// How far below serving's the kernel ranks the scrape thread: nice +10 (up to 19), a
+/// How far below serving's the kernel ranks the scrape threads: nice +10 (up to 19), a
 /// weight of 110 against serving's 1024. Under contention scraping still gets about a tenth
-/// of a core, what 15,000 nodes need (BENCHMARKS.md); when serving is idle it gets a core.
+/// of each core, what 15,000 nodes need (BENCHMARKS.md); when serving is idle it gets all of
+/// it.
 pub const SCRAPE_NICE: i32 = 10;
 
+/// Scrape threads at most (fewer where fewer cores are available): two let the first round's
+/// handshakes use both cores of a small node; in steady state each wakes at most once a
+/// [`scrape_thread::ROUND`].
+pub const SCRAPE_THREADS: usize = 2;
+
 /// What the binary's `main` does once its flags are settings: [`run()`] until SIGTERM or
-/// SIGINT begins a graceful shutdown (a second signal exits at once), on two Tokio runtimes.
-/// Serving (the API, authentication, the watches) has a multi-threaded one, on threads named
-/// `serve`; the scrape loop and its kubelet connections have a [`ScrapeThread`] of their own,
-/// [`SCRAPE_NICE`] steps below serving, that handles the kubelets' answers in rounds of
-/// [`scrape_thread::ROUND`]. One runtime would queue a request behind a scrape slice's burst
-/// (tens of kubelet bodies decrypted, parsed and stored at once, a few ms of CPU); with two,
-/// the kernel runs the request first. BENCHMARKS.md has what each bought.
+/// SIGINT begins a graceful shutdown (a second signal exits at once). Serving (the API,
+/// authentication, the watches) has a multi-threaded Tokio runtime, on threads named
+/// `serve`; the scrape loop and the kubelet connections have [`SCRAPE_THREADS`] threads of
+/// their own ([`ScrapeThread`]), [`SCRAPE_NICE`] steps below serving, which handle the
+/// kubelets' answers in rounds of [`scrape_thread::ROUND`] once the first round of scrapes is
+/// done. One runtime would queue a request behind a scrape slice's burst (tens of kubelet
+/// bodies decrypted, parsed and stored at once, a few ms of CPU); with two, the kernel runs
+/// the request first. BENCHMARKS.md has what each bought.
 pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
     // Rounds from the end of the first round on: until then every answer is handled as it
     // comes, so the first data is served as early as it can be (BENCHMARKS.md).
     let progress = Arc::new(Progress::default());
-    let steady = progress.clone();
-    let scraping = ScrapeThread::start(
-        scrape_thread::ROUND,
-        || lower_priority(SCRAPE_NICE),
-        move || steady.first_round_complete(),
-    )
-    .map_err(Error::Runtime)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(SCRAPE_THREADS));
+    let scraping = (0..threads)
+        .map(|_| {
+            let steady = progress.clone();
+            ScrapeThread::start(
+                scrape_thread::ROUND,
+                || lower_priority(SCRAPE_NICE),
+                move || steady.first_round_complete(),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::Runtime)?;
     let serving = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("serve")
         .build()
         .map_err(Error::Runtime)?;
     let setup = Setup {
-        scrape_runtime: Some(scraping.handle().clone()),
+        scrape_threads: scraping.iter().map(|t| t.handle().clone()).collect(),
         progress,
         ..Setup::default()
     };
@@ -136,7 +148,9 @@ pub fn run_until_signalled(settings: Settings) -> Result<(), Error> {
         run_with(settings, setup, shutdown).await
     });
     // The scrape loop has ended; what is left (idle kubelet connections) goes with it.
-    scraping.stop(Duration::from_secs(1));
+    for thread in scraping {
+        thread.stop(Duration::from_secs(1));
+    }
     result
 }
 
@@ -245,9 +259,10 @@ pub struct Setup {
     /// Filters every request passes, in order, after authentication (the user is in the
     /// extensions) and before authorization: where k8s.io/apiserver sheds load.
     pub filters: Vec<Arc<dyn Filter>>,
-    /// Where the scrape loop runs (and with it the kubelet connections and the store's
-    /// ingest); `None`: the runtime that runs [`run_with`]. See [`run_until_signalled`].
-    pub scrape_runtime: Option<tokio::runtime::Handle>,
+    /// Where the scrape loop (on the first) and the scrapes (each node on one) run, and with
+    /// them the kubelet connections and the store's ingest; empty: the runtime that runs
+    /// [`run_with`]. See [`run_until_signalled`].
+    pub scrape_threads: Vec<tokio::runtime::Handle>,
     /// Where the scrape loop reports its first round (the scrape thread reads it too).
     pub progress: Arc<Progress>,
 }
@@ -261,7 +276,7 @@ impl std::fmt::Debug for Setup {
             .field("reloads", &self.reloads.counts())
             .field("auth", &self.auth)
             .field("filters", &self.filters.len())
-            .field("scrape_runtime", &self.scrape_runtime.is_some())
+            .field("scrape_threads", &self.scrape_threads.len())
             .field(
                 "first_round_complete",
                 &self.progress.first_round_complete(),
@@ -279,7 +294,7 @@ impl Default for Setup {
             reloads: Reloads::default(),
             auth: Auth::FromSettings,
             filters: Vec::new(),
-            scrape_runtime: None,
+            scrape_threads: Vec::new(),
             progress: Arc::new(Progress::default()),
         }
     }
@@ -467,7 +482,10 @@ pub async fn run_with(
         });
     }
     {
-        let scrape = settings.scrape.clone();
+        let scrape = scraper::scrape::Config {
+            threads: setup.scrape_threads.clone(),
+            ..settings.scrape.clone()
+        };
         let stop = stop.clone();
         let scrape_loop = async move {
             scraper::scrape::run(
@@ -482,7 +500,7 @@ pub async fn run_with(
             .await;
             "the scrape loop"
         };
-        match &setup.scrape_runtime {
+        match setup.scrape_threads.first() {
             Some(runtime) => tasks.spawn_on(scrape_loop, runtime),
             None => tasks.spawn(scrape_loop),
         };

@@ -92,6 +92,10 @@ pub struct Config {
     pub use_node_status_port: bool,
     /// `--node-selector`: which nodes are scraped.
     pub node_selector: LabelSelector,
+    /// The runtimes the scrapes run on, a node always on the same one (by a hash of its name:
+    /// its kept-alive kubelet connection belongs to that runtime's driver); empty: the loop's
+    /// own.
+    pub threads: Vec<tokio::runtime::Handle>,
 }
 
 /// [`Config::slot_hold`] by default: a healthy kubelet answers in milliseconds, a loaded one
@@ -556,14 +560,34 @@ fn spawn(
     kind: node::Kind,
     period: Option<Arc<Period>>,
 ) -> AbortHandle {
-    tasks.spawn(node::scrape(
+    let scrape = node::scrape(
         shared.clone(),
         tracked.record.clone(),
         tracked.epoch,
         at,
         kind,
         period,
-    ))
+    );
+    match thread_of(&shared.config.threads, &tracked.record.name) {
+        Some(thread) => tasks.spawn_on(scrape, thread),
+        None => tasks.spawn(scrape),
+    }
+}
+
+/// Which of `threads` scrapes `node`: the same one every time.
+fn thread_of<'a>(
+    threads: &'a [tokio::runtime::Handle],
+    node: &NodeName,
+) -> Option<&'a tokio::runtime::Handle> {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    match threads {
+        [] => None,
+        [only] => Some(only),
+        _ => {
+            let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(node.as_str());
+            threads.get((hash % threads.len() as u64) as usize)
+        }
+    }
 }
 
 impl<N: NodeSource + ?Sized> Schedule<N> {

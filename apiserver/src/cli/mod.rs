@@ -474,6 +474,7 @@ impl Flags {
                 kubelet_port: k.kubelet_port,
                 use_node_status_port: k.kubelet_use_node_status_port,
                 node_selector: self.node_selector()?,
+                threads: Vec::new(),
             },
             store: scraper::store::Config {
                 staleness: self.staleness(),

@@ -97,6 +97,7 @@ fn config(resolution: Duration) -> Config {
         kubelet_port: 10250,
         use_node_status_port: false,
         node_selector: LabelSelector::default(),
+        threads: Vec::new(),
     }
 }
 
@@ -487,4 +488,43 @@ async fn per_node_error_logs_are_rate_limited_but_counters_are_not() {
     assert_eq!(logged.load(Ordering::Relaxed), 3);
     r.shutdown.cancel();
     r.task.await.unwrap();
+}
+
+/// A node's scrapes always run on the same thread (its kept-alive connection belongs to that
+/// runtime), and the nodes are spread over every thread.
+#[test]
+fn a_node_is_scraped_on_the_same_thread_each_time_and_the_nodes_are_spread() {
+    let runtimes: Vec<tokio::runtime::Runtime> = (0..2)
+        .map(|_| {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a runtime")
+        })
+        .collect();
+    let threads: Vec<tokio::runtime::Handle> =
+        runtimes.iter().map(|r| r.handle().clone()).collect();
+    let index = |node: &NodeName| {
+        let handle = thread_of(&threads, node).expect("a thread");
+        threads
+            .iter()
+            .position(|t| t.id() == handle.id())
+            .expect("one of the threads")
+    };
+    let mut per_thread = [0usize; 2];
+    for i in 0..1000 {
+        let node = NodeName::from(format!("node-{i}").as_str());
+        let first = index(&node);
+        assert_eq!(index(&node), first, "{node:?} moved");
+        assert_eq!(index(&NodeName::from(node.as_str())), first);
+        per_thread[first] += 1;
+    }
+    assert!(
+        per_thread.iter().all(|&n| n > 400),
+        "1,000 nodes spread as {per_thread:?}"
+    );
+    assert!(thread_of(&[], &NodeName::from("n")).is_none());
+    assert_eq!(
+        thread_of(&threads[..1], &NodeName::from("n")).map(|h| h.id()),
+        Some(threads[0].id())
+    );
 }

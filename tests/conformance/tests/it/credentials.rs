@@ -169,6 +169,7 @@ impl Loop {
             kubelet_port: 1,
             use_node_status_port: true,
             node_selector: LabelSelector::default(),
+            threads: Vec::new(),
         };
         let nodes = Arc::new(Nodes(
             kubelets.iter().map(|k| Arc::new(k.node_record())).collect(),

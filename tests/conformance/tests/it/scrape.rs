@@ -528,6 +528,7 @@ fn start_loop_with(
         kubelet_port: 1,
         use_node_status_port: true,
         node_selector: LabelSelector::default(),
+        threads: Vec::new(),
     };
     let t0 = Instant::now();
     let task = tokio::spawn(scrape::run(
