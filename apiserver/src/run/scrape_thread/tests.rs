@@ -8,6 +8,34 @@ use tokio::net::UnixStream;
 
 use super::*;
 
+/// `n` tasks on `thread`, each waiting for one byte on its own socket (a kubelet's answer):
+/// the other ends, and where each task reports its index and when it read its byte.
+fn waiting(
+    thread: &ScrapeThread,
+    n: usize,
+) -> (
+    Vec<std::os::unix::net::UnixStream>,
+    std::sync::mpsc::Receiver<(usize, Instant)>,
+) {
+    let (handled, handled_rx) = std::sync::mpsc::channel();
+    let _guard = thread.handle().enter();
+    let kubelets = (0..n)
+        .map(|i| {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+            ours.set_nonblocking(true).expect("non-blocking");
+            let mut ours = UnixStream::from_std(ours).expect("registered");
+            let handled = handled.clone();
+            thread.handle().spawn(async move {
+                let mut byte = [0u8; 1];
+                ours.read_exact(&mut byte).await.expect("an answer");
+                let _ = handled.send((i, Instant::now()));
+            });
+            theirs
+        })
+        .collect();
+    (kubelets, handled_rx)
+}
+
 #[test]
 fn a_round_begins_at_a_wake_up() {
     let w = WakeUps::new(Duration::from_millis(10), Box::new(|| true));
@@ -94,25 +122,11 @@ fn rounds_begin_when_the_caller_says() {
         ScrapeThread::start(round, || {}, move || steady.load(Ordering::SeqCst))
             .expect("the scrape thread")
     };
-    let (handled, handled_rx) = std::sync::mpsc::channel::<Instant>();
-    let mut kubelets = Vec::new();
-    for _ in 0..4 {
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
-        ours.set_nonblocking(true).expect("non-blocking");
-        let handled = handled.clone();
-        let _guard = thread.handle().enter();
-        let mut ours = UnixStream::from_std(ours).expect("registered");
-        thread.handle().spawn(async move {
-            let mut byte = [0u8; 1];
-            ours.read_exact(&mut byte).await.expect("an answer");
-            let _ = handled.send(Instant::now());
-        });
-        kubelets.push(theirs);
-    }
+    let (kubelets, handled_rx) = waiting(&thread, 4);
     let answer = |i: usize| {
         use std::io::Write;
         (&kubelets[i]).write_all(b"x").expect("answered");
-        handled_rx.recv().expect("the answer handled")
+        handled_rx.recv().expect("the answer handled").1
     };
 
     let first = answer(0);
